@@ -1,0 +1,1 @@
+"""The spine: interfaces, registry, metrics, evaluator."""

@@ -1,0 +1,194 @@
+"""The four plug-in points of imsearch_align, as small ``typing.Protocol`` s.
+
+Nothing here imports anything else from the package. Every other module
+depends on these names, never the other way round.
+
+Conventions every implementation keeps (see ``DESIGN.md``):
+
+* Search returns :class:`SearchResult`: ``ids`` ``(nq, k) int64`` and
+  ``scores`` ``(nq, k) float32``, higher is better, ``-1`` marks "no hit"
+  (its score is ``-inf``).
+* Vectors are a dense ``float32`` ndarray ``(n, d)`` or a ``scipy.sparse``
+  CSR matrix ``(n, d)`` (sparse spaces such as ASIF).
+* Ties are broken by ascending doc id.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol, runtime_checkable
+
+import numpy as np
+
+__all__ = [
+    "AlignmentMethod",
+    "BenchmarkDataset",
+    "EmbeddingProvider",
+    "SearchResult",
+    "VectorStoreAdapter",
+]
+
+#: Id used in ``SearchResult.ids`` for "no hit" (a k larger than the collection).
+NO_HIT = -1
+
+
+@dataclass(frozen=True)
+class SearchResult:
+    """Top-k results of a batch of queries.
+
+    Attributes:
+        ids: ``(nq, k)`` int64 doc ids, ``-1`` where there is no hit.
+        scores: ``(nq, k)`` float32 similarities, higher is better; ``-inf``
+            where there is no hit.
+        extra_scores: optional further score columns the store returned
+            (name -> ``(nq, k)`` float array), e.g. a re-ranker's score.
+    """
+
+    ids: np.ndarray
+    scores: np.ndarray
+    extra_scores: dict[str, np.ndarray] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        ids = np.asarray(self.ids)
+        scores = np.asarray(self.scores)
+        if ids.ndim != 2 or scores.shape != ids.shape:
+            raise ValueError(
+                "SearchResult: ids and scores must both be 2-D (nq, k) of the same shape, "
+                f"got ids {ids.shape} and scores {scores.shape}"
+            )
+        object.__setattr__(self, "ids", ids.astype(np.int64, copy=False))
+        object.__setattr__(self, "scores", scores.astype(np.float32, copy=False))
+        for name, arr in self.extra_scores.items():
+            if np.shape(arr) != ids.shape:
+                raise ValueError(
+                    f"SearchResult: extra score {name!r} has shape {np.shape(arr)}, "
+                    f"expected {ids.shape}"
+                )
+
+    @property
+    def nq(self) -> int:
+        """Number of queries."""
+        return int(self.ids.shape[0])
+
+    @property
+    def k(self) -> int:
+        """Number of result columns."""
+        return int(self.ids.shape[1])
+
+    @staticmethod
+    def concat(parts: Sequence[SearchResult]) -> SearchResult:
+        """Stack results of consecutive query batches (same k)."""
+        if not parts:
+            raise ValueError("SearchResult.concat: parts is empty, expected at least one result")
+        names = set(parts[0].extra_scores)
+        return SearchResult(
+            ids=np.concatenate([p.ids for p in parts]),
+            scores=np.concatenate([p.scores for p in parts]),
+            extra_scores={n: np.concatenate([p.extra_scores[n] for p in parts]) for n in names},
+        )
+
+
+@runtime_checkable
+class EmbeddingProvider(Protocol):
+    """Turns raw items (captions, image paths/bytes/PIL images) into vectors.
+
+    ``id`` identifies provider, model and version for the embedding cache.
+    """
+
+    id: str
+    modality: str  # "image" or "text"
+
+    @property
+    def dim(self) -> int:
+        """Output dimension."""
+        ...
+
+    def encode(self, items: Sequence[Any], *, batch_size: int = 32, progress: bool = True) -> np.ndarray:
+        """Encode ``items`` into a ``(len(items), dim)`` float32 array."""
+        ...
+
+
+@runtime_checkable
+class AlignmentMethod(Protocol):
+    """A scikit-learn style estimator that aligns an image and a text space.
+
+    ``fit`` takes the paired support set; the transforms map each modality
+    into a space where ``transform_images(X) @ transform_texts(Y).T`` equals
+    ``similarity(X, Y)``, so any store with metric IP can index it.
+    """
+
+    def fit(self, image_emb: np.ndarray, text_emb: np.ndarray) -> AlignmentMethod:
+        """Learn the alignment from paired rows; returns ``self``."""
+        ...
+
+    def transform_images(self, X: np.ndarray) -> Any:
+        """Map image embeddings into the indexable space (ndarray or CSR)."""
+        ...
+
+    def transform_texts(self, Y: np.ndarray) -> Any:
+        """Map text embeddings into the indexable space (ndarray or CSR)."""
+        ...
+
+    def similarity(self, X: np.ndarray, Y: np.ndarray) -> np.ndarray:
+        """The method's own score matrix ``(len(X), len(Y))``, from its definition."""
+        ...
+
+
+@runtime_checkable
+class VectorStoreAdapter(Protocol):
+    """A vector store, spoken to with Milvus's verbs.
+
+    ``metric`` is ``"ip"`` (inner product, higher is better) for every
+    aligned space. ``sparse=True`` declares a collection of sparse vectors
+    (scipy CSR in, sparse dot product out).
+    """
+
+    #: Whether the store indexes sparse vectors natively.
+    supports_sparse: bool
+
+    def create_collection(
+        self, name: str, dim: int | None = None, *, sparse: bool = False, metric: str = "ip"
+    ) -> None:
+        """Create an empty collection (an existing one with the name is an error)."""
+        ...
+
+    def insert(self, name: str, vectors: Any, ids: np.ndarray) -> None:
+        """Add ``vectors`` (dense float32 ``(n, d)`` or CSR) with int64 ``ids``."""
+        ...
+
+    def search(self, name: str, queries: Any, k: int) -> SearchResult:
+        """Top-``k`` by inner product for each query row."""
+        ...
+
+    def drop_collection(self, name: str) -> None:
+        """Remove a collection and its data."""
+        ...
+
+    def close(self) -> None:
+        """Release connections and resources."""
+        ...
+
+
+@runtime_checkable
+class BenchmarkDataset(Protocol):
+    """Paired image-text data with a support/test split and relevance judgements."""
+
+    name: str
+
+    @property
+    def images(self) -> Any:
+        """Images table (``image_id``, ``path`` or ``bytes``, ``split``, labels...)."""
+        ...
+
+    @property
+    def texts(self) -> Any:
+        """Texts table (``text_id``, ``image_id``, ``caption``, ``split``)."""
+        ...
+
+    def qrels(self, direction: str, split: str = "test") -> Any:
+        """Relevance judgements for ``"t2i"`` or ``"i2t"`` on a split."""
+        ...
+
+
+QueryId = Hashable
