@@ -95,6 +95,7 @@ METHODS = Registry(
         "imsearch_align.methods.csa",
         "imsearch_align.methods.asif",
         "imsearch_align.methods.cka",
+        "imsearch_align.methods.procrustes",
         "imsearch_align.methods.linear",
         "imsearch_align.methods.identity",
     ),
@@ -108,6 +109,10 @@ STORES = Registry(
         "imsearch_align.adapters.lancedb_store",
     ),
 )
-ENCODERS = Registry("encoder", builtin_modules=("imsearch_align.adapters.encoders",))
-DATASETS = Registry("dataset", builtin_modules=("imsearch_align.datasets",))
-PERTURBATIONS = Registry("perturbation", builtin_modules=("imsearch_align.perturbations",))
+ENCODERS = Registry("encoder", builtin_modules=("imsearch_align.encoders",))
+DATASETS = Registry(
+    "dataset", builtin_modules=("imsearch_align.datasets", "imsearch_align.datasets.synthetic")
+)
+PERTURBATIONS = Registry(
+    "perturbation", builtin_modules=("imsearch_align.diagnostics.perturbations",)
+)
