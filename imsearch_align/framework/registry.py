@@ -109,7 +109,7 @@ STORES = Registry(
         "imsearch_align.adapters.lancedb_store",
     ),
 )
-ENCODERS = Registry("encoder", builtin_modules=("imsearch_align.encoders",))
+ENCODERS = Registry("encoder", builtin_modules=("imsearch_align.adapters.encoders",))
 DATASETS = Registry(
     "dataset", builtin_modules=("imsearch_align.datasets", "imsearch_align.datasets.synthetic")
 )
