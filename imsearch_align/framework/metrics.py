@@ -78,6 +78,11 @@ def parse_measure(name: str) -> tuple[str, int]:
     return m.group(1), k
 
 
+def _py(x):
+    """A numpy scalar as a plain Python value, so messages read ``0``, not ``np.int64(0)``."""
+    return x.item() if isinstance(x, np.generic) else x
+
+
 def _as_id_array(values: Iterable, what: str) -> np.ndarray:
     arr = np.asarray(values)
     if arr.dtype.kind in "iu":
@@ -117,11 +122,11 @@ class Qrels:
             )
         if not np.all(np.isfinite(r)):
             bad = int(np.flatnonzero(~np.isfinite(r))[0])
-            raise ValueError(f"Qrels: relevance must be finite, got {r[bad]} for query {q[bad]!r}")
+            raise ValueError(f"Qrels: relevance must be finite, got {r[bad]} for query {_py(q[bad])!r}")
         dup = pd.DataFrame({"q": q, "d": d}).duplicated()
         if dup.any():
             i = int(np.flatnonzero(dup.to_numpy())[0])
-            raise ValueError(f"Qrels: duplicate judgement for query {q[i]!r}, doc {d[i]!r}")
+            raise ValueError(f"Qrels: duplicate judgement for query {_py(q[i])!r}, doc {_py(d[i])!r}")
         for name, arr in (("query_ids", q), ("doc_ids", d), ("relevance", r)):
             arr.setflags(write=False)
             object.__setattr__(self, name, arr)
@@ -223,7 +228,7 @@ class Run:
             )
         if len(pd.unique(q)) != len(q):
             dup = pd.Series(q)[pd.Series(q).duplicated()].iloc[0]
-            raise ValueError(f"Run.from_arrays: query id {dup!r} appears in more than one row")
+            raise ValueError(f"Run.from_arrays: query id {_py(dup)!r} appears in more than one row")
         d = _as_id_array(d, "run doc_ids") if d.size else d.astype(np.int64)
         if scores is None:
             s = -np.broadcast_to(np.arange(d.shape[1], dtype=np.float64), d.shape)
@@ -241,7 +246,7 @@ class Run:
         if nan.any():
             rows = np.flatnonzero(nan.any(axis=1))
             raise ValueError(
-                f"Run: NaN score for query {q[rows[0]]!r}"
+                f"Run: NaN score for query {_py(q[rows[0]])!r}"
                 + (f" (and {len(rows) - 1} more queries)" if len(rows) > 1 else "")
             )
         if not assume_sorted and not _rows_sorted(d, s, empty):
@@ -273,10 +278,10 @@ class Run:
         d = _as_id_array(df[doc_col].to_numpy(), "run doc_id")
         s = df[score_col].to_numpy(dtype=np.float64)
         if np.isnan(s).any():
-            raise ValueError(f"Run: NaN score for query {q[np.flatnonzero(np.isnan(s))[0]]!r}")
+            raise ValueError(f"Run: NaN score for query {_py(q[np.flatnonzero(np.isnan(s))[0]])!r}")
         if pd.DataFrame({"q": q, "d": d}).duplicated().any():
             i = int(np.flatnonzero(pd.DataFrame({"q": q, "d": d}).duplicated().to_numpy())[0])
-            raise ValueError(f"Run: doc {d[i]!r} appears twice for query {q[i]!r}")
+            raise ValueError(f"Run: doc {_py(d[i])!r} appears twice for query {_py(q[i])!r}")
         if len(q) == 0:
             return cls.from_arrays(np.array([], dtype=np.int64), np.zeros((0, 0), np.int64), np.zeros((0, 0)))
         qcodes, uq = pd.factorize(q)
@@ -489,7 +494,7 @@ def _gain_matrix(run: Run, qrels: Qrels, width: int):
             # The same relevant doc twice in one row would be counted twice.
             dup_key = int(np.flatnonzero(np.bincount(fp) > 1)[0])
             bad_q = qq[jkey[dup_key] // nv]
-            raise ValueError(f"Run: a relevant doc appears twice in the ranking of query {bad_q!r}")
+            raise ValueError(f"Run: a relevant doc appears twice in the ranking of query {_py(bad_q)!r}")
         gain[rows[r_idx[found]], c_idx[found]] = jrel[fp]
     return gain, run_row, missing, ignored
 
