@@ -313,7 +313,7 @@ class BenchmarkEvaluator:
         )
         if nan_queries.size:
             raise NaNScoreError(
-                f"store returned a NaN score for query {nan_queries[0]!r}"
+                f"store returned a NaN score for query {_jsonable(nan_queries[0])!r}"
                 + (f" and {nan_queries.size - 1} more" if nan_queries.size > 1 else "")
                 + f" (collection {self.collection!r}); the other queries' result is in err.partial",
                 nan_queries,
