@@ -42,8 +42,6 @@ from imsearch_align.framework.metrics import (
     EvaluationResult,
     Qrels,
     Run,
-    _gain_matrix,
-    compute_measures,
     evaluate,
     parse_measure,
 )
@@ -461,12 +459,17 @@ class BenchmarkEvaluator:
             res = SearchResult(np.zeros((0, self.k), np.int64), np.zeros((0, self.k), np.float32))
             rows = np.zeros(0, np.int64)
         # NaN scores: name the queries, score the rest, keep everything.
-        nan_rows = np.isnan(res.scores).any(axis=1) & (res.ids != -1).any(axis=1)
+        nan_rows = np.zeros(len(rows), dtype=bool)
+        if np.isnan(res.scores).any():
+            nan_rows = (np.isnan(res.scores) & (res.ids != -1)).any(axis=1)
         nan_queries = qids[rows[nan_rows]]
         for qid in nan_queries:
             errors[_jsonable(qid)] = "NaN score"
         keep = ~nan_rows
-        run = Run.from_arrays(qids[rows[keep]], res.ids[keep], res.scores[keep])
+        if keep.all():  # the common case: no copies of the (nq, k) arrays
+            run = Run.from_arrays(qids[rows], res.ids, res.scores, copy=len(parts) == 1)
+        else:
+            run = Run.from_arrays(qids[rows[keep]], res.ids[keep], res.scores[keep])
         failed = np.asarray(list(errors), dtype=object)
         ev = evaluate(
             run, qrels, self.measures, relevance_level=self.relevance_level, failed_queries=failed
@@ -499,18 +502,13 @@ class BenchmarkEvaluator:
         ks = sorted({parse_measure(m)[1] for m in self.measures if m.startswith("nDCG@")})
         if not ks or not res.extra_scores:
             return out
-        from imsearch_align.framework.metrics import _ideal_gains
-
-        ideal, n_rel = _ideal_gains(qrels, max(ks))
         for name, col in res.extra_scores.items():
             sc = np.asarray(col, dtype=np.float64)[keep]
             sc = np.where(res.ids[keep] == -1, -np.inf, sc)
             run = Run.from_arrays(qids[rows[keep]], res.ids[keep], sc)
-            gain, _, _, _ = _gain_matrix(run, qrels, max(ks))
-            names = [f"nDCG@{k}" for k in ks]
-            vals = compute_measures(gain, n_rel, ideal, names)
+            ev = evaluate(run, qrels, [f"nDCG@{k}" for k in ks])
             for k in ks:
-                out[f"nDCG@{k}[{name}]"] = vals[f"nDCG@{k}"]
+                out[f"nDCG@{k}[{name}]"] = ev.values[f"nDCG@{k}"]
         return out
 
 

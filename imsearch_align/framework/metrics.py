@@ -94,6 +94,28 @@ def _as_id_array(values: Iterable, what: str) -> np.ndarray:
     raise TypeError(f"{what} must be integers or strings, got dtype {arr.dtype}")
 
 
+def _index_of(vocab: np.ndarray, values: np.ndarray) -> np.ndarray:
+    """Position of each value in ``vocab`` (unique), -1 where absent."""
+    if len(vocab) == len(values) and vocab.dtype == values.dtype and np.array_equal(vocab, values):
+        return np.arange(len(values), dtype=np.int64)
+    return pd.Index(vocab).get_indexer(values).astype(np.int64, copy=False)
+
+
+def _first_duplicate_pair(q: np.ndarray, d: np.ndarray) -> int | None:
+    """Index of the first repeated ``(q, d)`` pair, or None (vectorised)."""
+    if len(q) < 2:
+        return None
+    qc = pd.factorize(q)[0].astype(np.int64)
+    dc = pd.factorize(d)[0].astype(np.int64)
+    key = qc * (int(dc.max()) + 1) + dc
+    order = np.argsort(key, kind="stable")
+    sk = key[order]
+    same = np.flatnonzero(sk[1:] == sk[:-1])
+    if not len(same):
+        return None
+    return int(order[same + 1].min())
+
+
 # ----------------------------------------------------------------------------- Qrels
 
 
@@ -123,11 +145,11 @@ class Qrels:
         if not np.all(np.isfinite(r)):
             bad = int(np.flatnonzero(~np.isfinite(r))[0])
             raise ValueError(f"Qrels: relevance must be finite, got {r[bad]} for query {_py(q[bad])!r}")
-        dup = pd.DataFrame({"q": q, "d": d}).duplicated()
-        if dup.any():
-            i = int(np.flatnonzero(dup.to_numpy())[0])
+        i = _first_duplicate_pair(q, d)
+        if i is not None:
             raise ValueError(f"Qrels: duplicate judgement for query {_py(q[i])!r}, doc {_py(d[i])!r}")
         for name, arr in (("query_ids", q), ("doc_ids", d), ("relevance", r)):
+            arr = arr.view()
             arr.setflags(write=False)
             object.__setattr__(self, name, arr)
 
@@ -180,6 +202,24 @@ class Qrels:
         """Unique query ids in order of first appearance."""
         return pd.unique(self.query_ids)
 
+    @cached_property
+    def _positive(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Positive judgements as (query index, doc id, gain), sorted by query index."""
+        keep = self.relevance > 0
+        jq = _index_of(self.queries, self.query_ids[keep])
+        order = np.argsort(jq, kind="stable")
+        return jq[order], self.doc_ids[keep][order], self.relevance[keep][order]
+
+    @cached_property
+    def _ideal_sorted(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Positive gains sorted by (query index, gain desc), with 0-based rank in query."""
+        jq, _, g = self._positive
+        order = np.lexsort((-g, jq))
+        jq, g = jq[order], g[order]
+        counts = np.bincount(jq, minlength=len(self.queries))
+        starts = np.concatenate([[0], np.cumsum(counts)[:-1]])
+        return jq, g, np.arange(len(jq)) - starts[jq]
+
     def __len__(self) -> int:
         return len(self.query_ids)
 
@@ -210,13 +250,17 @@ class Run:
         scores: np.ndarray | None = None,
         *,
         assume_sorted: bool = False,
+        copy: bool = True,
     ) -> Run:
         """Build from ``(nq,)`` query ids and ``(nq, k)`` doc ids / scores.
 
         ``-1`` in ``doc_ids`` marks "no hit". With ``scores=None`` the column
         order is the ranking. Rows are re-sorted into the canonical order
         unless they already are in it (checked, vectorised) or
-        ``assume_sorted=True``. A NaN score raises naming the query.
+        ``assume_sorted=True``; only out-of-order rows are re-sorted. The
+        inputs are never modified, unless ``copy=False``: then the caller
+        hands the arrays over and out-of-order rows are fixed in place
+        (saves copying ``(nq, k)`` arrays). A NaN score raises naming the query.
         """
         q = _as_id_array(query_ids, "run query_ids")
         d = np.asarray(doc_ids)
@@ -242,18 +286,24 @@ class Run:
             if s.dtype.kind != "f":
                 s = s.astype(np.float64)
         empty = _no_hit_mask(d)
-        nan = np.isnan(s) & ~empty
-        if nan.any():
+        if np.isnan(s).any():
+            nan = np.isnan(s) & ~empty
             rows = np.flatnonzero(nan.any(axis=1))
-            raise ValueError(
-                f"Run: NaN score for query {_py(q[rows[0]])!r}"
-                + (f" (and {len(rows) - 1} more queries)" if len(rows) > 1 else "")
-            )
-        if not assume_sorted and not _rows_sorted(d, s, empty):
-            d, s, empty = _sort_rows(d, s, empty)
+            if len(rows):
+                raise ValueError(
+                    f"Run: NaN score for query {_py(q[rows[0]])!r}"
+                    + (f" (and {len(rows) - 1} more queries)" if len(rows) > 1 else "")
+                )
+        if not assume_sorted:
+            bad = _unsorted_rows(d, s, empty)
+            if len(bad):
+                if copy or not (d.flags.writeable and s.flags.writeable):
+                    d, s = d.copy(), s.copy()
+                d[bad], s[bad], empty[bad] = _sort_rows(d[bad], s[bad], empty[bad])
+        # Read-only views: the Run is immutable, the caller's arrays stay writeable.
+        q, d, s, empty = (a.view() for a in (q, d, s, empty))
         for arr in (q, d, s, empty):
-            if arr.flags.writeable:
-                arr.setflags(write=False)
+            arr.setflags(write=False)
         return cls(q, d, s, empty)
 
     @classmethod
@@ -332,25 +382,46 @@ def _no_hit_mask(d: np.ndarray) -> np.ndarray:
     return mask.reshape(d.shape)
 
 
-def _rows_sorted(d: np.ndarray, s: np.ndarray, empty: np.ndarray) -> bool:
-    """True when every row is in canonical order (vectorised check)."""
-    if d.shape[1] < 2:
-        return True
+def _unsorted_rows(d: np.ndarray, s: np.ndarray, empty: np.ndarray) -> np.ndarray:
+    """Indices of rows not in canonical order (vectorised check).
+
+    Canonical: hits before no-hits, scores non-increasing, and ids
+    increasing within a run of equal scores. Rows holding a no-hit cell are
+    checked cell by cell; the others with two passes over the scores.
+    """
+    nq, k = d.shape
+    if k < 2 or nq == 0:
+        return np.zeros(0, dtype=np.int64)
+    has_empty = empty.any(axis=1)
     s0, s1 = s[:, :-1], s[:, 1:]
-    e0, e1 = empty[:, :-1], empty[:, 1:]
-    # A hit after a no-hit is out of order.
-    if np.any(e0 & ~e1):
-        return False
-    both = ~e0 & ~e1
-    if np.any(both & (s0 < s1)):
-        return False
-    tie = both & (s0 == s1)
-    if tie.any():
+    bad = ~(s0 >= s1).all(axis=1)
+    tie = np.flatnonzero(s0 == s1)
+    if len(tie):
+        r, c = np.divmod(tie, k - 1)
+        a, b = d[r, c], d[r, c + 1]
         if d.dtype == object:
-            a, b = d[:, :-1][tie], d[:, 1:][tie]
-            return all(x < y for x, y in zip(a.tolist(), b.tolist()))
-        return not np.any(d[:, :-1][tie] > d[:, 1:][tie])
-    return True
+            down = np.array([x > y for x, y in zip(a.tolist(), b.tolist())], dtype=bool) if len(a) else a
+        else:
+            down = a > b
+        bad[r[np.asarray(down, dtype=bool)]] = True
+    er = np.flatnonzero(has_empty)
+    if len(er):
+        e0, e1 = empty[er, :-1], empty[er, 1:]
+        es0, es1 = s[er, :-1], s[er, 1:]
+        both = ~e0 & ~e1
+        bad_e = (e0 & ~e1) | (both & (es0 < es1))
+        te = both & (es0 == es1)
+        if te.any():
+            rr, cc = np.nonzero(te)
+            de = d[er]
+            if d.dtype == object:
+                dn = np.array([x > y for x, y in zip(de[rr, cc].tolist(), de[rr, cc + 1].tolist())], dtype=bool)
+            else:
+                dn = de[rr, cc] > de[rr, cc + 1]
+            bad_e[rr[dn], cc[dn]] = True
+        # Rows with no-hit cells are judged only by the cell-level check above.
+        bad[er] = bad_e.any(axis=1)
+    return np.flatnonzero(bad)
 
 
 def _sort_rows(d: np.ndarray, s: np.ndarray, empty: np.ndarray):
@@ -433,89 +504,179 @@ def bootstrap_ci(
     n = v.shape[0]
     rng = np.random.default_rng(seed)
     means = np.empty((n_resamples, v.shape[1]))
-    # Chunks keep the index matrix small (<= ~8M entries).
-    chunk = max(1, 8_000_000 // max(n, 1))
+    # A resample's mean is (multiplicity counts) @ values / n: one bincount
+    # and one matrix product per chunk instead of gathering (B, n, m) values.
+    chunk = max(1, 4_000_000 // max(n, 1))
     for start in range(0, n_resamples, chunk):
         b = min(chunk, n_resamples - start)
-        idx = rng.integers(0, n, size=(b, n), dtype=np.int32 if n < 2**31 else np.int64)
-        means[start : start + b] = v[idx].mean(axis=1)
+        idx = rng.integers(0, n, size=(b, n), dtype=np.int64)
+        idx += (np.arange(b, dtype=np.int64) * n)[:, None]
+        counts = np.bincount(idx.ravel(), minlength=b * n).reshape(b, n)
+        means[start : start + b] = (counts @ v) / n
     alpha = (1 - level) / 2
     return np.quantile(means, alpha, axis=0), np.quantile(means, 1 - alpha, axis=0)
 
 
-def _gain_matrix(run: Run, qrels: Qrels, width: int):
-    """Map the run onto the qrels queries; return gains and relevance counts.
+@dataclass(frozen=True)
+class _Hits:
+    """The non-zero cells of the gain matrix, sorted by (row, col).
 
-    Returns ``(gain, run_row, missing, ignored)``: ``gain`` is ``(nQ, width)``
-    float64 graded relevance of the ranked docs (0 = not judged / no hit),
-    one row per qrels query; ``run_row[i]`` is the run row of qrels query i
-    (-1 when absent).
+    ``rows`` index the qrels queries, ``cols`` are 0-based ranks, ``gains``
+    the graded relevance (> 0). A sparse view of the ``(n_queries, k)`` gain
+    matrix: every measure is a segment reduction over it, so the cost is
+    proportional to the number of relevant hits, not to ``n_queries * k``.
     """
+
+    rows: np.ndarray
+    cols: np.ndarray
+    gains: np.ndarray
+
+    @staticmethod
+    def empty() -> _Hits:
+        z = np.zeros(0, dtype=np.int64)
+        return _Hits(z, z, np.zeros(0))
+
+    @staticmethod
+    def from_dense(gain: np.ndarray) -> _Hits:
+        r, c = np.nonzero(gain > 0)
+        return _Hits(r.astype(np.int64), c.astype(np.int64), gain[r, c].astype(np.float64))
+
+
+def _map_run(run: Run, qrels: Qrels) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``run_row`` per qrels query (-1 if absent), missing and ignored query ids."""
     qq = qrels.queries
-    nQ = len(qq)
-    qindex = pd.Index(qq)
-    run_row = np.full(nQ, -1, dtype=np.int64)
-    rq_pos = qindex.get_indexer(run.query_ids) if len(run) else np.array([], dtype=np.int64)
+    run_row = np.full(len(qq), -1, dtype=np.int64)
+    rq_pos = _index_of(qq, run.query_ids) if len(run) else np.zeros(0, dtype=np.int64)
     present = rq_pos >= 0
     run_row[rq_pos[present]] = np.flatnonzero(present)
-    ignored = run.query_ids[~present]
-    missing = qq[run_row < 0]
+    return run_row, qq[run_row < 0], run.query_ids[~present]
 
-    gain = np.zeros((nQ, width), dtype=np.float64)
+
+def _duplicate_error(qid) -> ValueError:
+    return ValueError(f"Run: a relevant doc appears twice in the ranking of query {_py(qid)!r}")
+
+
+def _find_hits(run: Run, qrels: Qrels, width: int, run_row: np.ndarray) -> _Hits:
+    """Locate every positive judgement in the run (first ``width`` ranks)."""
+    jq, jd, jg = qrels._positive
     kk = min(width, run.k)
-    pos_mask = qrels.relevance > 0
-    if kk == 0 or not pos_mask.any() or not present.any():
-        return gain, run_row, missing, ignored
-    # Only positive judgements can contribute a gain.
-    jq = qindex.get_indexer(qrels.query_ids[pos_mask])
-    jd = qrels.doc_ids[pos_mask]
-    jrel = qrels.relevance[pos_mask]
-    dvocab = pd.Index(pd.unique(jd))
-    jcode = dvocab.get_indexer(jd)
-    nv = len(dvocab)
-    jkey = jq.astype(np.int64) * nv + jcode
-    order = np.argsort(jkey, kind="stable")
-    jkey, jrel = jkey[order], jrel[order]
-
-    rows = np.flatnonzero(run_row >= 0)
-    sub = run.doc_ids[run_row[rows], :kk]
-    codes = dvocab.get_indexer(sub.ravel()).reshape(sub.shape)
-    hit = codes >= 0
-    if not hit.any():
-        return gain, run_row, missing, ignored
-    r_idx, c_idx = np.nonzero(hit)
-    keys = rows[r_idx].astype(np.int64) * nv + codes[r_idx, c_idx]
-    pos = np.searchsorted(jkey, keys)
-    pos = np.minimum(pos, len(jkey) - 1)
-    found = jkey[pos] == keys
-    if found.any():
+    pq = np.flatnonzero(run_row >= 0)
+    if kk == 0 or len(jq) == 0 or len(pq) == 0:
+        return _Hits.empty()
+    nQ = len(qrels.queries)
+    counts = np.bincount(jq, minlength=nQ)
+    r_max = int(counts.max())
+    ints = run.doc_ids.dtype != object and jd.dtype != object
+    rr = run_row[pq]
+    full = len(pq) == len(run) and np.array_equal(rr, np.arange(len(run)))
+    D = run.doc_ids[:, :kk] if full else run.doc_ids[rr, :kk]
+    if ints and r_max <= 8:
+        # Few relevant docs per query: compare each relevant id with its run
+        # row (r_max passes over the (nq, k) ids), no hashing of run ids.
+        starts = np.concatenate([[0], np.cumsum(counts)[:-1]])
+        rank = np.arange(len(jq)) - starts[jq]
+        rel_doc = np.full((nQ, r_max), -2, dtype=np.int64)  # -2 never matches (ids >= -1)
+        rel_g = np.zeros((nQ, r_max))
+        rel_doc[jq, rank] = jd
+        rel_g[jq, rank] = jg
+        # int32 halves the memory traffic of the r_max passes when ids fit.
+        if D.size and D.max() < 2**31 - 1 and D.min() >= -1 and jd.max() < 2**31 - 1:
+            D = D.astype(np.int32)
+            rel_doc = rel_doc.astype(np.int32)
+        k_cols = D.shape[1]
+        rows, cols, gains = [], [], []
+        for r in range(r_max):
+            p = np.flatnonzero(D == rel_doc[pq, r][:, None])  # sorted row-major
+            if not len(p):
+                continue
+            rloc, c = np.divmod(p, k_cols)
+            if len(rloc) > 1 and np.any(rloc[1:] == rloc[:-1]):
+                i = int(np.flatnonzero(rloc[1:] == rloc[:-1])[0])
+                raise _duplicate_error(qrels.queries[pq[rloc[i]]])
+            rows.append(pq[rloc])
+            cols.append(c)
+            gains.append(rel_g[pq[rloc], r])
+        if not rows:
+            return _Hits.empty()
+        rows_a, cols_a, gains_a = np.concatenate(rows), np.concatenate(cols), np.concatenate(gains)
+    else:
+        # General path: hash run ids into the vocabulary of relevant docs.
+        dvocab = pd.Index(pd.unique(jd))
+        nv = len(dvocab)
+        jkey = jq.astype(np.int64) * nv + dvocab.get_indexer(jd)
+        order = np.argsort(jkey, kind="stable")
+        jkey, jg_s = jkey[order], jg[order]
+        codes = dvocab.get_indexer(D.ravel()).reshape(D.shape)
+        r_idx, c_idx = np.nonzero(codes >= 0)
+        if not len(r_idx):
+            return _Hits.empty()
+        keys = pq[r_idx].astype(np.int64) * nv + codes[r_idx, c_idx]
+        pos = np.minimum(np.searchsorted(jkey, keys), len(jkey) - 1)
+        found = jkey[pos] == keys
         fp = pos[found]
         if len(np.unique(fp)) != len(fp):
-            # The same relevant doc twice in one row would be counted twice.
             dup_key = int(np.flatnonzero(np.bincount(fp) > 1)[0])
-            bad_q = qq[jkey[dup_key] // nv]
-            raise ValueError(f"Run: a relevant doc appears twice in the ranking of query {_py(bad_q)!r}")
-        gain[rows[r_idx[found]], c_idx[found]] = jrel[fp]
-    return gain, run_row, missing, ignored
+            raise _duplicate_error(qrels.queries[jkey[dup_key] // nv])
+        rows_a, cols_a, gains_a = pq[r_idx[found]], c_idx[found].astype(np.int64), jg_s[fp]
+    order = np.argsort(rows_a.astype(np.int64) * (run.k + 1) + cols_a, kind="stable")
+    return _Hits(rows_a[order].astype(np.int64), cols_a[order].astype(np.int64), gains_a[order])
 
 
-def _ideal_gains(qrels: Qrels, width: int) -> tuple[np.ndarray, np.ndarray]:
-    """Per qrels query: sorted positive gains cut at ``width``, and #relevant."""
-    qq = qrels.queries
-    nQ = len(qq)
-    ideal = np.zeros((nQ, width), dtype=np.float64)
-    pos_mask = qrels.relevance > 0
-    jq = pd.Index(qq).get_indexer(qrels.query_ids[pos_mask])
-    jrel = qrels.relevance[pos_mask]
-    n_rel = np.bincount(jq, minlength=nQ).astype(np.float64)
-    if len(jq) and width:
-        order = np.lexsort((-jrel, jq))
-        jq, jrel = jq[order], jrel[order]
-        starts = np.concatenate([[0], np.cumsum(np.bincount(jq, minlength=nQ))[:-1]])
-        rank = np.arange(len(jq)) - starts[jq]
-        keep = rank < width
-        ideal[jq[keep], rank[keep]] = jrel[keep]
-    return ideal, n_rel
+def _ideal_dcg(qrels: Qrels, k: int) -> np.ndarray:
+    """Ideal DCG@k per qrels query from its positive gains (trec_eval)."""
+    jq, g, rank = qrels._ideal_sorted
+    keep = rank < k
+    return np.bincount(
+        jq[keep], weights=g[keep] / np.log2(rank[keep] + 2.0), minlength=len(qrels.queries)
+    )
+
+
+def _measures_from_hits(
+    hits: _Hits,
+    n_queries: int,
+    n_relevant: np.ndarray,
+    ideal_dcg: dict[int, np.ndarray],
+    measures: Sequence[str],
+    relevance_level: float | None,
+) -> dict[str, np.ndarray]:
+    """Segment reductions over the sparse gain matrix (see :func:`compute_measures`)."""
+    binary = hits.gains > 0 if relevance_level is None else hits.gains >= relevance_level
+    br, bc = hits.rows[binary], hits.cols[binary]
+    n = len(br)
+    new = np.ones(n, dtype=bool)
+    if n:
+        new[1:] = br[1:] != br[:-1]
+    # 1-based position of each relevant hit among its row's relevant hits.
+    j = np.arange(n) - np.maximum.accumulate(np.where(new, np.arange(n), 0)) + 1
+    first = np.full(n_queries, np.iinfo(np.int64).max, dtype=np.int64)
+    first[br[new]] = bc[new]
+    safe_R = np.where(n_relevant > 0, n_relevant, 1.0)
+    out: dict[str, np.ndarray] = {}
+    for name in measures:
+        fam, k = parse_measure(name)
+        within = bc < k
+        if fam in ("P", "R", "HitRate"):
+            cnt = np.bincount(br[within], minlength=n_queries).astype(np.float64)
+            if fam == "P":
+                v = cnt / k
+            elif fam == "R":
+                v = np.where(n_relevant > 0, cnt / safe_R, 0.0)
+            else:
+                v = (cnt > 0).astype(np.float64)
+        elif fam == "RR":
+            v = np.where(first < k, 1.0 / (first + 1.0), 0.0)
+        elif fam == "AP":
+            s = np.bincount(br[within], weights=j[within] / (bc[within] + 1.0), minlength=n_queries)
+            v = np.where(n_relevant > 0, s / safe_R, 0.0)
+        else:  # nDCG: graded gains, all positive judgements count
+            w = hits.cols < k
+            dcg = np.bincount(
+                hits.rows[w], weights=hits.gains[w] / np.log2(hits.cols[w] + 2.0), minlength=n_queries
+            )
+            idcg = ideal_dcg[k]
+            v = np.where(idcg > 0, dcg / np.where(idcg > 0, idcg, 1.0), 0.0)
+        out[name] = v
+    return out
 
 
 def compute_measures(
@@ -526,13 +687,14 @@ def compute_measures(
     *,
     relevance_level: float | None = None,
 ) -> dict[str, np.ndarray]:
-    """All measures from a gain matrix, vectorised (no per-row Python).
+    """All measures from an ``(n_queries, K)`` gain matrix, vectorised.
 
     Args:
-        gain: ``(nq, K)`` graded relevance of the doc at each rank (0 = not
-            relevant / no hit), ``K`` >= the largest cutoff.
-        n_relevant: ``(nq,)`` number of relevant docs per query in the qrels.
-        ideal: ``(nq, K)`` positive qrels gains sorted descending (zero padded).
+        gain: graded relevance of the doc at each rank (0 = not relevant or
+            no hit); columns beyond ``K`` count as non-relevant.
+        n_relevant: ``(n_queries,)`` number of relevant docs per query in the qrels.
+        ideal: ``(n_queries, K')`` positive qrels gains sorted descending
+            (zero padded), ``K'`` >= the largest nDCG cutoff.
         measures: canonical names.
         relevance_level: binary relevance threshold for P/R/AP/RR/HitRate;
             ``None`` means ``gain > 0``.
@@ -547,46 +709,32 @@ def compute_measures(
     * ``nDCG@k = sum_{i<=k} g_i / log2(i+1) / sum_{i<=k} g*_i / log2(i+1)``
       with ``g`` the graded gain and ``g*`` the ideal gains (0 when the
       ideal DCG is 0).
+
+    The kernel works on the non-zero cells of ``gain`` (segment sums with
+    ``np.bincount``), so its cost grows with the number of relevant hits.
     """
-    parsed = [(m, *parse_measure(m)) for m in measures]
-    K = max((k for _, _, k in parsed), default=0)
+    gain = np.asarray(gain, dtype=np.float64)
+    ideal = np.asarray(ideal, dtype=np.float64)
     nq = gain.shape[0]
-    if gain.shape[1] < K:
-        gain = np.pad(gain, ((0, 0), (0, K - gain.shape[1])))
-    if ideal.shape[1] < K:
-        ideal = np.pad(ideal, ((0, 0), (0, K - ideal.shape[1])))
-    rel = (gain > 0) if relevance_level is None else (gain >= relevance_level)
-    relf = rel.astype(np.float64)
-    cum = np.cumsum(relf, axis=1) if K else np.zeros((nq, 0))
-    ranks = np.arange(1, K + 1, dtype=np.float64)
-    out: dict[str, np.ndarray] = {}
-    safe_R = np.where(n_relevant > 0, n_relevant, 1.0)
-    need = {f for _, f, _ in parsed}
-    if "RR" in need:
-        any_rel = rel.any(axis=1)
-        first = np.where(any_rel, rel.argmax(axis=1), K)  # 0-based rank of first relevant
-    if "AP" in need:
-        prec_at_rel = np.cumsum(relf * (cum / ranks), axis=1)
-    if "nDCG" in need:
-        disc = 1.0 / np.log2(ranks + 1.0)
-        dcg = np.cumsum(gain[:, :K] * disc, axis=1)
-        idcg = np.cumsum(ideal[:, :K] * disc, axis=1)
-    for name, fam, k in parsed:
-        if fam == "P":
-            v = cum[:, k - 1] / k
-        elif fam == "R":
-            v = np.where(n_relevant > 0, cum[:, k - 1] / safe_R, 0.0)
-        elif fam == "HitRate":
-            v = (cum[:, k - 1] > 0).astype(np.float64)
-        elif fam == "RR":
-            v = np.where(first < k, 1.0 / (first + 1.0), 0.0)
-        elif fam == "AP":
-            v = np.where(n_relevant > 0, prec_at_rel[:, k - 1] / safe_R, 0.0)
-        else:  # nDCG
-            d, i = dcg[:, k - 1], idcg[:, k - 1]
-            v = np.where(i > 0, d / np.where(i > 0, i, 1.0), 0.0)
-        out[name] = v
-    return out
+    ks = {parse_measure(m)[1] for m in measures if m.startswith("nDCG@")}
+    idcg = {}
+    for k in ks:
+        disc = 1.0 / np.log2(np.arange(2, k + 2, dtype=np.float64))
+        cut = ideal[:, :k]
+        idcg[k] = cut @ disc[: cut.shape[1]]
+    return _measures_from_hits(
+        _Hits.from_dense(gain), nq, np.asarray(n_relevant, dtype=np.float64), idcg, measures, relevance_level
+    )
+
+
+def _n_relevant(qrels: Qrels, relevance_level: float | None) -> np.ndarray:
+    nQ = len(qrels.queries)
+    if relevance_level is None:
+        return np.bincount(qrels._positive[0], minlength=nQ).astype(np.float64)
+    keep = qrels.relevance >= relevance_level
+    return np.bincount(
+        _index_of(qrels.queries, qrels.query_ids[keep]), minlength=nQ
+    ).astype(np.float64)
 
 
 def evaluate(
@@ -615,14 +763,17 @@ def evaluate(
     if not measures:
         raise ValueError(f"evaluate: measures is empty; expected some of {valid_measure_names()}")
     K = max(parse_measure(m)[1] for m in measures)
-    gain, _, missing, ignored = _gain_matrix(run, qrels, K)
-    ideal, n_rel = _ideal_gains(qrels, K)
-    if relevance_level is not None:
-        pos = qrels.relevance >= relevance_level
-        n_rel = np.bincount(
-            pd.Index(qrels.queries).get_indexer(qrels.query_ids[pos]), minlength=len(qrels.queries)
-        ).astype(np.float64)
-    values = compute_measures(gain, n_rel, ideal, measures, relevance_level=relevance_level)
+    run_row, missing, ignored = _map_run(run, qrels)
+    hits = _find_hits(run, qrels, K, run_row)
+    ks = {parse_measure(m)[1] for m in measures if m.startswith("nDCG@")}
+    values = _measures_from_hits(
+        hits,
+        len(qrels.queries),
+        _n_relevant(qrels, relevance_level),
+        {k: _ideal_dcg(qrels, k) for k in ks},
+        measures,
+        relevance_level,
+    )
     failed = np.asarray(list(failed_queries) if failed_queries is not None else [], dtype=object)
     return EvaluationResult(
         measures=tuple(measures),

@@ -253,3 +253,46 @@ def test_duplicate_relevant_doc_in_a_ranking_is_an_error():
 def test_duplicate_judgement_is_an_error():
     with pytest.raises(ValueError, match="duplicate judgement for query 0, doc 1"):
         Qrels.from_pairs([0, 0], [1, 1])
+
+
+def test_compare_and_hash_lookup_paths_agree():
+    # <= 8 relevant per query with int ids takes the compare path; object ids the hash path.
+    rng = np.random.default_rng(7)
+    nq, depth = 300, 50
+    ids = np.stack([rng.choice(1000, depth, replace=False) for _ in range(nq)]).astype(np.int64)
+    scores = rng.random((nq, depth))
+    qq, dd, rr = [], [], []
+    for q in range(nq):
+        for d in rng.choice(ids[q], int(rng.integers(0, 6)), replace=False):
+            qq.append(q), dd.append(int(d)), rr.append(int(rng.integers(0, 4)))
+        qq.append(q), dd.append(2000 + q), rr.append(1)  # relevant, never retrieved
+    measures = ["P@5", "R@50", "nDCG@10", "AP@50", "RR@50", "HitRate@1"]
+    a = evaluate(Run.from_arrays(np.arange(nq), ids, scores), Qrels(np.array(qq), np.array(dd), np.array(rr)), measures)
+    b = evaluate(
+        Run.from_arrays(np.arange(nq), ids.astype(str).astype(object), scores),
+        Qrels(np.array(qq), np.array(dd).astype(str).astype(object), np.array(rr)),
+        measures,
+    )
+    for m in measures:
+        np.testing.assert_allclose(a.values[m], b.values[m], atol=1e-15)
+
+
+def test_compute_measures_on_a_dense_gain_matrix_by_hand():
+    from imsearch_align.framework.metrics import compute_measures
+
+    gain = np.array([[0, 2, 0, 1], [0, 0, 0, 0]], dtype=float)
+    ideal = np.array([[2, 1, 1, 0], [0, 0, 0, 0]], dtype=float)
+    v = compute_measures(gain, np.array([3, 0]), ideal, ["P@2", "AP@4", "RR@4", "nDCG@4"])
+    assert v["P@2"].tolist() == [0.5, 0]
+    assert v["AP@4"][0] == pytest.approx((1 / 2 + 2 / 4) / 3)
+    assert v["RR@4"].tolist() == [0.5, 0]
+    idcg = 2 + 1 / math.log2(3) + 1 / math.log2(4)
+    assert v["nDCG@4"][0] == pytest.approx((2 / math.log2(3) + 1 / math.log2(5)) / idcg)
+
+
+def test_run_keeps_caller_arrays_writeable_and_unchanged():
+    ids = np.array([[1, 2, 3]])
+    scores = np.array([[0.3, 0.2, 0.1]])
+    run = Run.from_arrays([0], ids, scores)
+    assert ids.flags.writeable and scores.flags.writeable
+    assert not run.doc_ids.flags.writeable
