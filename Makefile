@@ -18,7 +18,7 @@ $(STAMP): pyproject.toml
 venv: $(STAMP)
 
 test: $(STAMP)
-	$(PY) -m pytest -q -m "not gpu" tests
+	$(PY) -m pytest -q tests
 
 lint: $(STAMP)
 	$(PY) -m ruff check imsearch_align tests benchmarks
