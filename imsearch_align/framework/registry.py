@@ -15,6 +15,7 @@ from typing import Any, TypeVar
 
 __all__ = [
     "DATASETS",
+    "UnknownNameError",
     "ENCODERS",
     "METHODS",
     "PERTURBATIONS",
@@ -23,6 +24,13 @@ __all__ = [
 ]
 
 T = TypeVar("T")
+
+
+class UnknownNameError(KeyError, ValueError):
+    """An unknown registry name; the message lists close matches and valid names."""
+
+    def __str__(self) -> str:  # KeyError would print the message inside quotes
+        return str(self.args[0]) if self.args else ""
 
 
 class Registry:
@@ -72,7 +80,7 @@ class Registry:
             valid = sorted(self._entries)
             close = difflib.get_close_matches(str(name), valid, n=3, cutoff=0.5)
             hint = f" Did you mean {', '.join(repr(c) for c in close)}?" if close else ""
-            raise KeyError(
+            raise UnknownNameError(
                 f"unknown {self.kind} {name!r}.{hint} Valid names: {', '.join(valid) or '(none)'}"
             ) from None
 
