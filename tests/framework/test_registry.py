@@ -31,7 +31,7 @@ def test_unknown_name_did_you_mean_and_valid_list():
     r = Registry("method")
     for n in ("csa", "asif", "cka"):
         r.register(n)(type(n, (), {}))
-    with pytest.raises(KeyError, match=r"unknown method 'cas'. Did you mean 'csa'\?.*Valid names: asif, cka, csa"):
+    with pytest.raises(KeyError, match=r"unknown method 'cas'. Did you mean 'csa'.*Valid names: asif, cka, csa"):
         r.get("cas")
     with pytest.raises(KeyError, match=r"unknown method 'zzz'. Valid names"):
         r.get("zzz")
