@@ -1,0 +1,169 @@
+"""Shared estimator plumbing for the alignment methods.
+
+Every method is a scikit-learn style estimator (see ``DESIGN.md``):
+
+* ``__init__`` stores its parameters and nothing else;
+* ``fit(image_emb, text_emb)`` validates the paired support set, learns
+  state whose names end in ``_`` and returns ``self``;
+* ``transform_images`` / ``transform_texts`` map each modality into a space
+  where the method's own similarity is an inner product;
+* ``similarity(X, Y)`` computes that score directly from the published
+  definition, so ``transform_images(X) @ transform_texts(Y).T`` can be
+  checked against it.
+
+Subclasses implement ``_fit``, ``_transform_images``, ``_transform_texts``
+and ``_similarity`` on validated float64 arrays; this module does the
+validation, the fitted checks and the dimension checks once.
+"""
+
+from __future__ import annotations
+
+import inspect
+from abc import ABC, abstractmethod
+from typing import Any, ClassVar
+
+import numpy as np
+from sklearn.exceptions import NotFittedError
+
+from imsearch_align.framework.validation import check_matrix
+
+__all__ = ["AlignmentBase", "NotFittedError", "l2_normalize"]
+
+
+def l2_normalize(a: np.ndarray) -> np.ndarray:
+    """Rows of ``a`` divided by their L2 norm; all-zero rows stay zero (no NaN)."""
+    norms = np.linalg.norm(a, axis=1, keepdims=True)
+    # A zero row has no direction: leave it zero so its scores are 0, not NaN.
+    return a / np.where(norms > 0, norms, 1.0)
+
+
+class AlignmentBase(ABC):
+    """Base class of the alignment methods: validation, fitted checks, params.
+
+    Attributes set by :meth:`fit` on every method:
+        n_features_image_: image dimension seen in ``fit``.
+        n_features_text_: text dimension seen in ``fit``.
+        n_support_: number of support pairs.
+        output_dim_: dimension of the indexable space.
+    """
+
+    #: Whether the transforms return scipy CSR matrices (a sparse space).
+    sparse_output: ClassVar[bool] = False
+
+    # ------------------------------------------------------------------ params
+    @classmethod
+    def _param_names(cls) -> list[str]:
+        sig = inspect.signature(cls.__init__)
+        return [
+            p.name
+            for p in sig.parameters.values()
+            if p.name != "self" and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)
+        ]
+
+    def get_params(self, deep: bool = True) -> dict[str, Any]:
+        """The ``__init__`` parameters as a dict (recorded in result JSONs)."""
+        return {name: getattr(self, name) for name in self._param_names()}
+
+    def set_params(self, **params: Any) -> AlignmentBase:
+        """Set ``__init__`` parameters; unknown names raise. Returns ``self``."""
+        valid = self._param_names()
+        for name, value in params.items():
+            if name not in valid:
+                raise ValueError(
+                    f"{type(self).__name__}.set_params: unknown parameter {name!r}; "
+                    f"valid parameters: {', '.join(valid)}"
+                )
+            setattr(self, name, value)
+        return self
+
+    def __repr__(self) -> str:
+        args = ", ".join(f"{k}={v!r}" for k, v in self.get_params().items())
+        return f"{type(self).__name__}({args})"
+
+    # --------------------------------------------------------------- contract
+    def fit(self, image_emb: Any, text_emb: Any) -> AlignmentBase:
+        """Learn the alignment from the paired support set.
+
+        Args:
+            image_emb: ``(N, d_image)`` image embeddings of the support pairs.
+            text_emb: ``(N, d_text)`` text embeddings; row ``i`` is paired with
+                ``image_emb[i]``.
+
+        Returns:
+            ``self``.
+        """
+        X = check_matrix(image_emb, "image_emb", dtype=np.float64, min_rows=1)
+        Y = check_matrix(text_emb, "text_emb", dtype=np.float64, min_rows=1)
+        if X.shape[0] != Y.shape[0]:
+            raise ValueError(
+                f"image_emb has {X.shape[0]} rows, text_emb {Y.shape[0]}; "
+                "fit expects paired rows (row i of each side is one pair)"
+            )
+        self._validate_params(X, Y)
+        self._fit(X, Y)
+        self.n_features_image_ = int(X.shape[1])
+        self.n_features_text_ = int(Y.shape[1])
+        self.n_support_ = int(X.shape[0])
+        self.output_dim_ = int(self._output_dim())
+        return self
+
+    def transform_images(self, X: Any) -> Any:
+        """Map image embeddings ``(n, d_image)`` into the indexable space (float32)."""
+        Xv = self._check_input(X, "X", "image", self._fitted_dim("image"))
+        return self._transform_images(Xv)
+
+    def transform_texts(self, Y: Any) -> Any:
+        """Map text embeddings ``(n, d_text)`` into the indexable space (float32)."""
+        Yv = self._check_input(Y, "Y", "text", self._fitted_dim("text"))
+        return self._transform_texts(Yv)
+
+    def similarity(self, X: Any, Y: Any) -> np.ndarray:
+        """The method's score matrix ``(len(X), len(Y))`` in float64, from its definition."""
+        Xv = self._check_input(X, "X", "image", self._fitted_dim("image"))
+        Yv = self._check_input(Y, "Y", "text", self._fitted_dim("text"))
+        return np.asarray(self._similarity(Xv, Yv), dtype=np.float64)
+
+    # ---------------------------------------------------------------- helpers
+    def check_is_fitted(self) -> None:
+        """Raise :class:`NotFittedError` when ``fit`` has not been called."""
+        if not hasattr(self, "output_dim_"):
+            raise NotFittedError(
+                f"{type(self).__name__} is not fitted; call fit(image_emb, text_emb) first"
+            )
+
+    def _fitted_dim(self, side: str) -> int:
+        self.check_is_fitted()
+        return self.n_features_image_ if side == "image" else self.n_features_text_
+
+    def _check_input(self, x: Any, name: str, side: str, dim: int) -> np.ndarray:
+        m = check_matrix(x, name, dtype=np.float64)
+        if m.shape[1] != dim:
+            raise ValueError(
+                f"{name} has dimension {m.shape[1]}, the method was fitted on {dim} "
+                f"({side} side of {type(self).__name__})"
+            )
+        return m
+
+    # ------------------------------------------------------- for subclasses
+    def _validate_params(self, X: np.ndarray, Y: np.ndarray) -> None:
+        """Check parameters against the support set; raise on bad values."""
+
+    @abstractmethod
+    def _fit(self, X: np.ndarray, Y: np.ndarray) -> None:
+        """Learn the state from validated float64 support pairs."""
+
+    @abstractmethod
+    def _output_dim(self) -> int:
+        """Dimension of the indexable space (after ``_fit``)."""
+
+    @abstractmethod
+    def _transform_images(self, X: np.ndarray) -> Any:
+        """Map validated float64 image rows; float32 ndarray or CSR."""
+
+    @abstractmethod
+    def _transform_texts(self, Y: np.ndarray) -> Any:
+        """Map validated float64 text rows; float32 ndarray or CSR."""
+
+    @abstractmethod
+    def _similarity(self, X: np.ndarray, Y: np.ndarray) -> np.ndarray:
+        """The score matrix from the method's definition (not the transforms)."""

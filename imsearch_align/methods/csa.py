@@ -1,0 +1,249 @@
+"""CSA: Canonical Similarity Analysis (Li, Chinchali, Topcu, ICLR 2025).
+
+Fit (on N support pairs)::
+
+    mu_x, mu_y = means of the support sides; Xc = X - mu_x, Yc = Y - mu_y   (centred once)
+    Kxx = Xc'Xc/(N-1) + lam_x I,  Kyy = Yc'Yc/(N-1) + lam_y I,  Kxy = Xc'Yc/(N-1)
+    Kxx^-1/2 Kxy Kyy^-1/2 = U diag(rho) V'                         (SVD, float64)
+    W_x = Kxx^-1/2 U[:, :r],  W_y = Kyy^-1/2 V[:, :r]                (r = sim_dim)
+
+``lam = eps * trace(K)/d`` is a ridge relative to each side's mean variance,
+so ``eps`` does not depend on the embeddings' units. ``rho`` are the
+(ridge-)canonical correlations, sorted descending, in ``[0, 1]``.
+
+Score (``weighted_corr_sim`` upstream), with ``z = W'(x - mu)``::
+
+    sim(x, y) = sum_{i<=s} rho_i zx_i zy_i / (||zx[:s]|| ||zy[:s]||)
+
+Index form: ``f(x) = sqrt(rho) * zx/||zx||``, ``g(y) = sqrt(rho) * zy/||zy||``,
+so ``<f(x), g(y)> = sim(x, y)``. The vectors are not unit-norm: index them with
+metric IP, not COSINE.
+
+Deliberate differences from upstream code (see the reference study): the
+support is centred once (the MMA benchmark centres twice), and the image side
+uses ``Kxx^-1/2 U`` (upstream ``ReNormalizedCCA`` applies ``U' Kxx^-1/2``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from imsearch_align.framework.registry import METHODS
+from imsearch_align.framework.validation import check_int
+from imsearch_align.methods.base import AlignmentBase, l2_normalize
+
+__all__ = ["CSA", "MIN_EPS_RANK_DEFICIENT"]
+
+#: With fewer support pairs than dimensions, the support covariance is
+#: singular and the whitening divides by (near) zero. We then require a ridge
+#: at least this large (relative to the mean variance) so the fit is a
+#: deliberate, regularised (ridge) CCA rather than numerical noise.
+MIN_EPS_RANK_DEFICIENT = 1e-3
+
+# Relative eigenvalue floor below which an unregularised covariance counts as singular.
+_SINGULAR_RTOL = 1e-12
+
+
+def _inv_sqrt_psd(K: np.ndarray, name: str) -> np.ndarray:
+    """``K^-1/2`` of a symmetric positive-definite matrix via ``eigh``."""
+    evals, evecs = np.linalg.eigh(K)
+    top = float(evals[-1]) if evals.size else 0.0
+    if top <= 0 or float(evals[0]) <= _SINGULAR_RTOL * top:
+        raise ValueError(
+            f"{name}: the support covariance is singular (smallest eigenvalue "
+            f"{float(evals[0]):.3g}, largest {top:.3g}: collinear or constant features); "
+            f"pass eps >= {MIN_EPS_RANK_DEFICIENT:g} to regularise"
+        )
+    return (evecs * (1.0 / np.sqrt(evals))) @ evecs.T
+
+
+def _fix_signs(Wx: np.ndarray, Wy: np.ndarray, ref: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Flip column pairs so the largest-|.| entry of each ``ref`` column is positive.
+
+    Canonical directions are defined up to a joint sign; fixing it makes the
+    fitted state deterministic (scores do not depend on it).
+    """
+    idx = np.argmax(np.abs(ref), axis=0)
+    signs = np.sign(ref[idx, np.arange(ref.shape[1])])
+    signs[signs == 0] = 1.0
+    return Wx * signs, Wy * signs
+
+
+@METHODS.register("csa")
+class CSA(AlignmentBase):
+    """Canonical Similarity Analysis: CCA, then a correlation-weighted cosine.
+
+    Similarity (see the module docstring for the fit)::
+
+        sim(x, y) = sum_{i<=s} rho_i zx_i zy_i / (||zx[:s]|| ||zy[:s]||),
+        z = W'(v - mu), s = sim_dim
+
+    Args:
+        sim_dim: number of canonical components kept, both the CCA rank and
+            the similarity's dimensions ``s``. Must be in
+            ``[1, min(d_image, d_text, N - 1)]``.
+        eps: ridge added to each side's covariance, relative to its mean
+            variance (``lam = eps * trace(K)/d``). The default only guards
+            against round-off. With ``N <= max(d_image, d_text)`` support pairs
+            the covariance is singular and ``eps >= 1e-3`` is required
+            (ridge CCA); otherwise :meth:`fit` raises.
+        equal_weights: use ``rho = 1`` in the score (an unweighted cosine of
+            the canonical variates).
+        backend: ``"numpy"`` (whitening + SVD in float64) or ``"cca_zoo"``
+            (``cca_zoo.linear.CCA``, for cross-checking; ignores ``eps``).
+
+    Attributes:
+        mean_image_, mean_text_: support means.
+        weights_image_, weights_text_: ``(d, sim_dim)`` canonical weights,
+            ``W' K W = I`` on the support.
+        canonical_correlations_: ``(sim_dim,)`` correlations, descending.
+        rho_: the weights used in the score (``canonical_correlations_`` or ones).
+    """
+
+    def __init__(
+        self,
+        sim_dim: int = 256,
+        *,
+        eps: float = 1e-8,
+        equal_weights: bool = False,
+        backend: str = "numpy",
+    ) -> None:
+        self.sim_dim = sim_dim
+        self.eps = eps
+        self.equal_weights = equal_weights
+        self.backend = backend
+
+    # ------------------------------------------------------------------ fit
+    def _validate_params(self, X: np.ndarray, Y: np.ndarray) -> None:
+        n, dx = X.shape
+        dy = Y.shape[1]
+        if self.backend not in ("numpy", "cca_zoo"):
+            raise ValueError(f"backend must be 'numpy' or 'cca_zoo', got {self.backend!r}")
+        if isinstance(self.eps, bool) or not isinstance(self.eps, int | float | np.floating):
+            raise TypeError(f"eps must be a float >= 0, got {type(self.eps).__name__}")
+        if not (np.isfinite(self.eps) and self.eps >= 0):
+            raise ValueError(f"eps must be a finite float >= 0, got {self.eps!r}")
+        d_max = max(dx, dy)
+        # Centred support data has rank <= N - 1, so each covariance is
+        # singular unless N - 1 >= d.
+        if n - 1 < d_max:
+            side = "image_emb" if dx >= dy else "text_emb"
+            if self.backend == "cca_zoo" or self.eps < MIN_EPS_RANK_DEFICIENT:
+                fix = (
+                    f"pass eps >= {MIN_EPS_RANK_DEFICIENT:g} to regularise (ridge CCA, "
+                    "numpy backend)"
+                )
+                raise ValueError(
+                    f"CCA needs more support pairs than dimensions: got {n} pairs but "
+                    f"{side} has dimension {d_max} (the covariance is singular); "
+                    f"use more pairs, {fix}, or reduce the input dimension "
+                    f"(and use sim_dim <= {max(n - 1, 0)})"
+                )
+        high = min(dx, dy, n - 1)
+        if high < 1:
+            raise ValueError(f"CSA needs at least 2 support pairs, got {n}")
+        sim_dim = check_int(self.sim_dim, "sim_dim")
+        if not 1 <= sim_dim <= high:
+            hint = ""
+            if high == n - 1 and n - 1 < min(dx, dy):
+                hint = " (fewer support pairs than dimensions: use a smaller sim_dim or more pairs)"
+            raise ValueError(
+                f"sim_dim must be in [1, {high}] (min(d_image, d_text, N - 1) with "
+                f"d_image={dx}, d_text={dy}, N={n}), got {sim_dim}{hint}"
+            )
+
+    def _fit(self, X: np.ndarray, Y: np.ndarray) -> None:
+        r = int(self.sim_dim)
+        mu_x, mu_y = X.mean(axis=0), Y.mean(axis=0)
+        if self.backend == "numpy":
+            Wx, Wy, rho = self._fit_numpy(X - mu_x, Y - mu_y, r)
+        else:
+            Wx, Wy, rho = self._fit_cca_zoo(X, Y, r)
+        self.mean_image_ = mu_x
+        self.mean_text_ = mu_y
+        self.weights_image_ = Wx
+        self.weights_text_ = Wy
+        self.canonical_correlations_ = rho
+        self.rho_ = np.ones_like(rho) if self.equal_weights else rho.copy()
+
+    def _fit_numpy(
+        self, Xc: np.ndarray, Yc: np.ndarray, r: int
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        n = Xc.shape[0]
+        Kxx = Xc.T @ Xc  # numpy dispatches X'X to BLAS syrk: half the flops of a gemm
+        Kyy = Yc.T @ Yc
+        Kxy = Xc.T @ Yc
+        for K in (Kxx, Kyy):
+            K /= n - 1
+            K[np.diag_indices_from(K)] += self.eps * np.trace(K) / K.shape[0]
+        Kxy /= n - 1
+        Ax = _inv_sqrt_psd(Kxx, "image_emb")
+        Ay = _inv_sqrt_psd(Kyy, "text_emb")
+        U, s, Vt = np.linalg.svd(Ax @ Kxy @ Ay, full_matrices=False)
+        U, V = U[:, :r], Vt[:r].T
+        U, V = _fix_signs(U, V, U)
+        rho = np.clip(s[:r], 0.0, 1.0)
+        return Ax @ U, Ay @ V, rho
+
+    def _fit_cca_zoo(
+        self, X: np.ndarray, Y: np.ndarray, r: int
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        try:
+            from cca_zoo.linear import CCA as ZooCCA
+        except ImportError as exc:  # optional dependency
+            raise ImportError(
+                "CSA(backend='cca_zoo') needs cca-zoo>=4: pip install 'imsearch-align[cca]'"
+            ) from exc
+        model = ZooCCA(n_components=r).fit([X, Y])
+        Wx = np.asarray(model.weights_[0], dtype=np.float64)
+        Wy = np.asarray(model.weights_[1], dtype=np.float64)
+        # Only the weights are used: cca_zoo's transform needs equal row counts.
+        Zx = (X - X.mean(axis=0)) @ Wx
+        Zy = (Y - Y.mean(axis=0)) @ Wy
+        sx = np.linalg.norm(Zx, axis=0)
+        sy = np.linalg.norm(Zy, axis=0)
+        sx[sx == 0] = 1.0
+        sy[sy == 0] = 1.0
+        corr = np.einsum("ij,ij->j", Zx, Zy) / (sx * sy)
+        # Scale to W'KW = I and orient each pair so its correlation is >= 0.
+        scale = np.sqrt(X.shape[0] - 1)
+        Wx = Wx * (scale / sx)
+        Wy = Wy * (scale / sy) * np.where(corr < 0, -1.0, 1.0)
+        rho = np.clip(np.abs(corr), 0.0, 1.0)
+        order = np.argsort(-rho, kind="stable")
+        Wx, Wy, rho = Wx[:, order], Wy[:, order], rho[order]
+        Wx, Wy = _fix_signs(Wx, Wy, Wx)
+        return Wx, Wy, rho
+
+    def _output_dim(self) -> int:
+        return int(self.sim_dim)
+
+    # ------------------------------------------------------------ transform
+    def _index_vectors(self, V: np.ndarray, mu: np.ndarray, W: np.ndarray) -> np.ndarray:
+        z = l2_normalize((V - mu) @ W)
+        return (z * np.sqrt(self.rho_)).astype(np.float32)
+
+    def _transform_images(self, X: np.ndarray) -> np.ndarray:
+        return self._index_vectors(X, self.mean_image_, self.weights_image_)
+
+    def _transform_texts(self, Y: np.ndarray) -> np.ndarray:
+        return self._index_vectors(Y, self.mean_text_, self.weights_text_)
+
+    def _similarity(self, X: np.ndarray, Y: np.ndarray) -> np.ndarray:
+        zx = (X - self.mean_image_) @ self.weights_image_
+        zy = (Y - self.mean_text_) @ self.weights_text_
+        nx = np.linalg.norm(zx, axis=1)
+        ny = np.linalg.norm(zy, axis=1)
+        num = (zx * self.rho_) @ zy.T
+        den = np.outer(nx, ny)
+        return np.divide(num, den, out=np.zeros_like(num), where=den > 0)
+
+    def canonical_variates(self, X: Any, Y: Any) -> tuple[np.ndarray, np.ndarray]:
+        """Un-normalised canonical variates ``(W_x'(X - mu_x), W_y'(Y - mu_y))`` in float64."""
+        Xv = self._check_input(X, "X", "image", self._fitted_dim("image"))
+        Yv = self._check_input(Y, "Y", "text", self._fitted_dim("text"))
+        return (Xv - self.mean_image_) @ self.weights_image_, (
+            Yv - self.mean_text_
+        ) @ self.weights_text_
