@@ -1,0 +1,1 @@
+"""Adapters: vector stores and encoders, each importing its third-party library lazily."""

@@ -1,0 +1,226 @@
+"""FaissStore: in-process FAISS indexes (flat, HNSW, IVF) behind the store verbs.
+
+Ids: faiss stores rows at positions ``0..n-1``; the store keeps the caller's
+int64 ids in a translation array (``CollectionInfo.ids``) and maps results
+back with one gather, which works the same for every index type, CPU or GPU.
+
+Results: ``k`` is capped at the collection size and rows are padded with
+``-1`` / ``-inf``; each returned row is re-sorted by (score descending, id
+ascending) with one vectorised ``np.lexsort``, because faiss orders equal
+scores arbitrarily. (Which of several docs tied at the k-th score is
+returned is faiss's choice; the conformance kit compares tie-tolerantly.)
+
+Sparse collections (ASIF) are densified to float32 on insert when the dense
+matrix fits ``max_dense_gb`` (a log line says so); beyond that a clear error
+points to MilvusStore (native sparse) or ExactStore.
+
+Speed note (``benchmarks/perf_stores.py``): the faiss-cpu wheel's bundled
+OpenBLAS falls back to a generic kernel on some CPUs, so ``IndexFlatIP`` can
+be several times slower than :class:`~imsearch_align.adapters.exact.ExactStore`
+(numpy's BLAS). Nothing here touches BLAS environment variables.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import numpy as np
+
+from imsearch_align.adapters.base import BaseStore, CollectionInfo, finalize_rows
+from imsearch_align.framework.interfaces import SearchResult
+from imsearch_align.framework.registry import STORES
+from imsearch_align.framework.validation import check_int
+
+__all__ = ["FaissStore"]
+
+log = logging.getLogger(__name__)
+
+_INDEXES = ("flat", "hnsw", "ivf")
+#: faiss GPU k-selection supports k up to this value.
+_GPU_MAX_K = 2048
+
+
+def _import_faiss() -> Any:
+    try:
+        import faiss
+    except ImportError as exc:
+        raise ImportError(
+            "FaissStore needs faiss: pip install 'imsearch-align[faiss]' "
+            "(or 'imsearch-align[gpu]' for faiss-gpu, in its own environment)"
+        ) from exc
+    return faiss
+
+
+@STORES.register("faiss")
+class FaissStore(BaseStore):
+    """Vector store on FAISS, metric inner product.
+
+    Args:
+        index: ``"flat"`` (exact, ``IndexFlatIP``), ``"hnsw"``
+            (``IndexHNSWFlat``) or ``"ivf"`` (``IndexIVFFlat``).
+        M: HNSW graph degree.
+        efConstruction: HNSW build beam width.
+        efSearch: HNSW search beam width (read at every search, so it can
+            be changed on a built store: ``store.efSearch = 128``).
+        nlist: IVF lists; trained with k-means on the first insert into a
+            collection and capped at that insert's row count (logged), so
+            insert the bulk of a collection in its first call.
+        nprobe: IVF lists visited per query (read at every search).
+        gpu: ``"auto"`` = faiss GPU indexes when ``faiss.get_num_gpus() > 0``,
+            else CPU; ``True`` = GPU or a clear error; ``False`` = CPU. HNSW
+            has no faiss GPU version and stays on CPU (logged).
+        threads: faiss OpenMP threads (``faiss.omp_set_num_threads``, which
+            is process-wide); ``None`` keeps faiss's default.
+        max_dense_gb: largest dense float32 matrix (GiB) a sparse collection
+            may be densified into.
+
+    Example:
+        >>> import numpy as np
+        >>> with FaissStore(index="flat") as s:
+        ...     s.create_collection("docs", 2)
+        ...     s.insert("docs", np.eye(2, dtype=np.float32), np.array([7, 3]))
+        ...     s.search("docs", np.array([[1.0, 0.5]], np.float32), 3).ids.tolist()
+        [[7, 3, -1]]
+    """
+
+    #: Sparse collections are accepted (densified up to ``max_dense_gb``).
+    supports_sparse = True
+
+    def __init__(
+        self,
+        index: str = "flat",
+        *,
+        M: int = 32,
+        efConstruction: int = 100,
+        efSearch: int = 64,
+        nlist: int = 256,
+        nprobe: int = 16,
+        gpu: bool | str = "auto",
+        threads: int | None = None,
+        max_dense_gb: float = 4.0,
+    ) -> None:
+        super().__init__()
+        if index not in _INDEXES:
+            raise ValueError(f"index must be one of {list(_INDEXES)}, got {index!r}")
+        self.index = index
+        self.M = check_int(M, "M", low=2)
+        self.efConstruction = check_int(efConstruction, "efConstruction", low=1)
+        self.efSearch = check_int(efSearch, "efSearch", low=1)
+        self.nlist = check_int(nlist, "nlist", low=1)
+        self.nprobe = check_int(nprobe, "nprobe", low=1)
+        if gpu not in ("auto", True, False):
+            raise ValueError(f"gpu must be 'auto', True or False, got {gpu!r}")
+        self.gpu = gpu
+        self.threads = None if threads is None else check_int(threads, "threads", low=1)
+        if not isinstance(max_dense_gb, int | float) or not max_dense_gb > 0:
+            raise ValueError(f"max_dense_gb must be a positive number, got {max_dense_gb!r}")
+        self.max_dense_gb = float(max_dense_gb)
+
+        self._faiss = _import_faiss()
+        if self.threads is not None:
+            self._faiss.omp_set_num_threads(self.threads)
+        n_gpus = self._faiss.get_num_gpus() if hasattr(self._faiss, "get_num_gpus") else 0
+        if gpu is True and n_gpus == 0:
+            raise RuntimeError(
+                "gpu=True but faiss reports 0 GPUs (is faiss-gpu installed and a CUDA device "
+                "visible?); expected gpu='auto' or gpu=False on this machine"
+            )
+        #: Whether this store builds faiss GPU indexes.
+        self.uses_gpu = n_gpus > 0 and gpu in ("auto", True)
+        self._gpu_res = None
+
+    # -- index construction ----------------------------------------------------
+    def _new_index(self, dim: int, n_train: int) -> Any:
+        faiss = self._faiss
+        ip = faiss.METRIC_INNER_PRODUCT
+        if self.index == "flat":
+            idx = faiss.IndexFlatIP(dim)
+        elif self.index == "hnsw":
+            idx = faiss.IndexHNSWFlat(dim, self.M, ip)
+            idx.hnsw.efConstruction = self.efConstruction
+        else:
+            nlist = min(self.nlist, n_train)
+            if nlist < self.nlist:
+                log.info(
+                    "FaissStore: nlist capped at %d (first insert has %d rows, nlist=%d)",
+                    nlist,
+                    n_train,
+                    self.nlist,
+                )
+            idx = faiss.IndexIVFFlat(faiss.IndexFlatIP(dim), dim, nlist, ip)
+        if self.uses_gpu:
+            if self.index == "hnsw":
+                log.info("FaissStore: faiss has no GPU HNSW; the hnsw index stays on CPU")
+            else:
+                if self._gpu_res is None:
+                    self._gpu_res = faiss.StandardGpuResources()
+                idx = faiss.index_cpu_to_gpu(self._gpu_res, 0, idx)
+        return idx
+
+    def _dense(self, info: CollectionInfo, m: Any, n_after: int, what: str) -> np.ndarray:
+        """Densify a CSR matrix of a sparse collection, within ``max_dense_gb``."""
+        if not info.sparse:
+            return m
+        gib = n_after * info.dim * 4 / 2**30
+        if gib > self.max_dense_gb:
+            raise MemoryError(
+                f"{what}: sparse collection {info.name!r} would densify to {n_after:,} x "
+                f"{info.dim:,} float32 = {gib:.2f} GiB, above max_dense_gb={self.max_dense_gb:g}; "
+                "use MilvusStore (native sparse vectors) or ExactStore (sparse CSR search), "
+                "or raise max_dense_gb"
+            )
+        if what == "vectors":
+            log.info(
+                "FaissStore: densifying sparse vectors of %r to float32 (%d x %d, %.3f GiB total)",
+                info.name,
+                m.shape[0],
+                info.dim,
+                gib,
+            )
+        return np.ascontiguousarray(m.toarray(), dtype=np.float32)
+
+    # -- hooks -------------------------------------------------------------------
+    def _insert(self, info: CollectionInfo, vectors: Any, ids: np.ndarray) -> None:
+        x = self._dense(info, vectors, info.count + vectors.shape[0], "vectors")
+        if info.state is None:
+            info.state = self._new_index(info.dim, x.shape[0])
+        idx = info.state
+        if not idx.is_trained:
+            idx.train(x)
+        idx.add(x)
+
+    def _search(self, info: CollectionInfo, queries: Any, k: int) -> SearchResult:
+        q = self._dense(info, queries, queries.shape[0], "queries")
+        kk = min(k, info.count)
+        if self.uses_gpu and self.index != "hnsw" and kk > _GPU_MAX_K:
+            raise ValueError(
+                f"k must be at most {_GPU_MAX_K} on a faiss GPU index (collection has "
+                f"{info.count} rows), got {k}; use gpu=False or ExactStore"
+            )
+        self._set_search_params(info.state)
+        scores, pos = info.state.search(q, kk)
+        ids = np.where(pos >= 0, info.ids[np.maximum(pos, 0)], -1)
+        return finalize_rows(ids, scores, k)
+
+    def _set_search_params(self, idx: Any) -> None:
+        if self.index == "hnsw":
+            idx.hnsw.efSearch = self.efSearch
+        elif self.index == "ivf":
+            idx.nprobe = min(self.nprobe, idx.nlist)
+
+    def _drop(self, info: CollectionInfo) -> None:
+        info.state = None
+
+    # -- extras --------------------------------------------------------------------
+    def faiss_index(self, name: str) -> Any:
+        """The underlying faiss index of a collection (``None`` before the first insert).
+
+        Positions in it are insertion order; ``search`` parameters
+        (``efSearch``, ``nprobe``) are applied by :meth:`search` only. Meant
+        for measurements against the raw library call.
+        """
+        idx = self._get(name).state
+        if idx is not None:
+            self._set_search_params(idx)
+        return idx
