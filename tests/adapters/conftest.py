@@ -1,0 +1,69 @@
+"""Session fixtures: real Milvus servers on 127.0.0.1, started once per session.
+
+* ``milvus_lite_server``: ``milvus-lite server`` (dense + sparse over gRPC).
+* ``milvus_standalone``: a real Milvus 2.3.5 standalone from the PyPI
+  ``milvus`` package (dense only).
+* ``dead_lite_server``: a function-scoped Lite server a test may kill.
+
+Each server is stopped with SIGTERM by the context manager in
+:mod:`imsearch_align.testing.servers`, also when tests fail (the fixture's
+``with`` block is its finaliser). A server that cannot start skips the tests
+that need it, with the reason and the log tail.
+"""
+
+from __future__ import annotations
+
+import shutil
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from imsearch_align.testing.servers import (
+    ServerHandle,
+    ServerStartError,
+)
+from imsearch_align.testing.servers import (
+    milvus_lite_server as _lite,
+)
+from imsearch_align.testing.servers import (
+    milvus_standalone_server as _standalone,
+)
+
+
+def _have(name: str) -> bool:
+    return (Path(sys.executable).parent / name).exists() or shutil.which(name) is not None
+
+
+@pytest.fixture(scope="session")
+def milvus_lite_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerHandle]:
+    """One ``milvus-lite server`` for the session."""
+    if not _have("milvus-lite"):
+        pytest.skip("milvus-lite is not installed (pip install 'imsearch-align[milvus]')")
+    try:
+        with _lite(tmp_path_factory.mktemp("lite-server")) as srv:
+            yield srv
+    except ServerStartError as exc:
+        pytest.skip(f"milvus-lite server did not start: {exc}")
+
+
+@pytest.fixture(scope="session")
+def milvus_standalone(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerHandle]:
+    """One real Milvus 2.3.5 standalone for the session."""
+    if not _have("milvus-server"):
+        pytest.skip("the PyPI package 'milvus' (milvus-server) is not installed")
+    try:
+        with _standalone(tmp_path_factory.mktemp("milvus-2.3.5")) as srv:
+            yield srv
+    except ServerStartError as exc:
+        pytest.skip(f"Milvus 2.3.5 standalone did not start: {exc}")
+
+
+@pytest.fixture
+def dead_lite_server(tmp_path: Path) -> Iterator[ServerHandle]:
+    """A Lite server of the test's own, which the test may kill."""
+    if not _have("milvus-lite"):
+        pytest.skip("milvus-lite is not installed (pip install 'imsearch-align[milvus]')")
+    with _lite(tmp_path / "doomed") as srv:
+        yield srv

@@ -1,0 +1,434 @@
+"""MilvusStore against real Milvus: Lite file, Lite server, Milvus 2.3.5 standalone.
+
+Oracle: ExactStore (brute-force inner product, tie rule score desc / id asc)
+on the same vectors. Collections are small (a few hundred rows) and built
+once per module and deployment, because Milvus Lite inserts and Milvus 2.3.5
+collection creation (~3 s) dominate the run time.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+
+from imsearch_align.adapters.base import CollectionExistsError, CollectionNotFoundError
+from imsearch_align.adapters.exact import ExactStore
+from imsearch_align.adapters.milvus_store import (
+    MAX_TOPK,
+    MilvusStore,
+    MilvusStoreError,
+    MilvusUnavailableError,
+    _byte_batches,
+    _redact_uri,
+)
+from imsearch_align.framework.registry import STORES
+
+TOKEN = "s3cr3t-token-DO-NOT-LEAK"
+DEPLOYMENTS = ["lite_file", "lite_server", "milvus235"]
+N, DIM, NQ = 400, 24, 40
+
+
+# --------------------------------------------------------------------------
+# data and oracle
+
+
+def _dense_data(seed: int = 0) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    X = rng.standard_normal((N, DIM)).astype(np.float32)
+    # Exact duplicates under different ids: equal scores, ordered by id.
+    X[[11, 200, 350]] = X[5]
+    ids = rng.permutation(10 * N)[:N].astype(np.int64)
+    Q = np.vstack([X[5:6], rng.standard_normal((NQ - 1, DIM)).astype(np.float32)])
+    cat = (np.arange(N) % 4).astype(np.int64)
+    return X, ids, Q, cat
+
+
+def _sparse_data(seed: int = 1) -> tuple[sp.csr_matrix, np.ndarray, sp.csr_matrix]:
+    rng = np.random.default_rng(seed)
+    n, d, nnz = 300, 200, 12
+    rows = np.repeat(np.arange(n), nnz)
+    cols = np.concatenate([rng.choice(d, nnz, replace=False) for _ in range(n)])
+    vals = rng.random(n * nnz).astype(np.float32) + 0.05
+    X = sp.csr_matrix((vals, (rows, cols)), shape=(n, d), dtype=np.float32)
+    # Dense enough queries that every query overlaps many more than k docs.
+    qn = 20
+    qrows = np.repeat(np.arange(qn), 60)
+    qcols = np.concatenate([rng.choice(d, 60, replace=False) for _ in range(qn)])
+    Q = sp.csr_matrix(
+        (rng.random(qn * 60).astype(np.float32) + 0.05, (qrows, qcols)), shape=(qn, d)
+    )
+    return X, np.arange(1000, 1000 + n, dtype=np.int64), Q
+
+
+def _exact(X: Any, ids: np.ndarray, Q: Any, k: int, sparse: bool = False) -> Any:
+    with ExactStore() as ex:
+        ex.create_collection("o", None if sparse else X.shape[1], sparse=sparse)
+        ex.insert("o", X, ids)
+        return ex.search("o", Q, k)
+
+
+def _assert_same_topk(got: Any, want: Any, *, atol: float = 1e-4) -> None:
+    """Tie-tolerant: scores equal row by row; ids equal where scores are not tied."""
+    np.testing.assert_allclose(got.scores, want.scores, rtol=1e-5, atol=atol)
+    for r in range(got.ids.shape[0]):
+        for c in range(got.ids.shape[1]):
+            if got.ids[r, c] != want.ids[r, c]:
+                tied = np.isclose(want.scores[r], want.scores[r, c], atol=atol)
+                assert got.ids[r, c] in set(want.ids[r, tied].tolist()) or tied.sum() > 1, (
+                    r,
+                    c,
+                )
+
+
+# --------------------------------------------------------------------------
+# fixtures: one store per deployment
+
+
+@dataclass
+class Env:
+    store: MilvusStore
+    kind: str
+    supports_sparse: bool
+    uri: str
+
+
+@pytest.fixture(scope="module", params=DEPLOYMENTS)
+def env(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Env]:
+    kind = request.param
+    if kind == "lite_file":
+        uri = str(tmp_path_factory.mktemp("lite-file") / "x.db")
+        sparse_ok = True
+    elif kind == "lite_server":
+        uri = request.getfixturevalue("milvus_lite_server").uri
+        sparse_ok = True
+    else:
+        uri = request.getfixturevalue("milvus_standalone").uri
+        sparse_ok = False
+    store = MilvusStore(uri=uri, token=TOKEN if kind != "lite_file" else None)
+    yield Env(store, kind, sparse_ok, uri)
+    for name in store.list_collections():
+        store.drop_collection(name)
+    store.close()
+
+
+@pytest.fixture(scope="module")
+def dense(env: Env) -> tuple[Env, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    X, ids, Q, cat = _dense_data()
+    env.store.create_collection("dense", DIM)
+    env.store.insert("dense", X, ids, fields={"cat": cat})
+    return env, X, ids, Q, cat
+
+
+integration = pytest.mark.integration
+
+
+# --------------------------------------------------------------------------
+# search correctness
+
+
+def test_registered_as_milvus() -> None:
+    assert STORES.get("milvus") is MilvusStore
+
+
+@integration
+def test_dense_flat_equals_exact_store(dense: Any) -> None:
+    env, X, ids, Q, _ = dense
+    got = env.store.search("dense", Q, 10)
+    want = _exact(X, ids, Q, 10)
+    assert got.ids.dtype == np.int64 and got.scores.dtype == np.float32
+    _assert_same_topk(got, want)
+
+
+@integration
+def test_ties_broken_by_ascending_id(dense: Any) -> None:
+    env, _, ids, Q, _ = dense
+    got = env.store.search("dense", Q[:1], 4)
+    dup_ids = np.sort(ids[[5, 11, 200, 350]])
+    # Q[0] is X[5]; its four copies tie at the top score.
+    np.testing.assert_array_equal(got.ids[0], dup_ids)
+    assert np.ptp(got.scores[0]) == 0.0
+
+
+@integration
+def test_filter_passes_through(dense: Any) -> None:
+    env, X, ids, Q, cat = dense
+    got = env.store.search("dense", Q, 5, filter="cat == 1")
+    keep = cat == 1
+    want = _exact(X[keep], ids[keep], Q, 5)
+    _assert_same_topk(got, want)
+    assert set(got.ids.ravel().tolist()) <= set(ids[keep].tolist())
+
+
+@integration
+def test_k_larger_than_collection_pads(dense: Any) -> None:
+    env, _, ids, Q, _ = dense
+    got = env.store.search("dense", Q[:2], N + 25)
+    assert got.ids.shape == (2, N + 25)
+    assert (got.ids[:, :N] >= 0).all() and (got.ids[:, N:] == -1).all()
+    assert np.isneginf(got.scores[:, N:]).all()
+    assert set(got.ids[0, :N].tolist()) == set(ids.tolist())
+    assert env.store.count("dense") == N
+
+
+@integration
+def test_split_requests_give_the_same_result(dense: Any) -> None:
+    env, X, ids, Q, _ = dense
+    # A 1 KB budget forces one query per search request and ~10 rows per insert.
+    small = MilvusStore(uri=env.uri, request_bytes=1024, token=TOKEN)
+    try:
+        np.testing.assert_array_equal(
+            small.search("dense", Q[:5], 7).ids, env.store.search("dense", Q[:5], 7).ids
+        )
+        small.create_collection("split_insert", DIM)
+        small.insert("split_insert", X[:120], ids[:120])
+        assert small.count("split_insert") == 120
+        _assert_same_topk(small.search("split_insert", Q, 3), _exact(X[:120], ids[:120], Q, 3))
+    finally:
+        if small.has_collection("split_insert"):
+            small.drop_collection("split_insert")
+        small.close()
+
+
+@integration
+def test_sparse_equals_exact_store(env: Env) -> None:
+    if not env.supports_sparse:
+        pytest.skip("Milvus 2.3 has no sparse vectors (SPARSE_FLOAT_VECTOR arrived in 2.4)")
+    X, ids, Q = _sparse_data()
+    env.store.create_collection("sparse", sparse=True)
+    env.store.insert("sparse", X, ids)
+    got = env.store.search("sparse", Q, 10)
+    _assert_same_topk(got, _exact(X, ids, Q, 10, sparse=True))
+
+
+@integration
+def test_hnsw_recall_on_clustered_data(env: Env) -> None:
+    rng = np.random.default_rng(3)
+    centers = rng.standard_normal((20, 32)).astype(np.float32)
+    X = (centers[rng.integers(0, 20, 1500)] + 0.3 * rng.standard_normal((1500, 32))).astype(
+        np.float32
+    )
+    Q = X[rng.choice(1500, 100, replace=False)] + 0.05 * rng.standard_normal((100, 32)).astype(
+        np.float32
+    )
+    ids = np.arange(1500, dtype=np.int64)
+    store = MilvusStore(
+        uri=env.uri,
+        index="HNSW",
+        index_params={"M": 16, "efConstruction": 100},
+        search_params={"ef": 64},
+        token=TOKEN,
+    )
+    try:
+        store.create_collection("hnsw", 32)
+        store.insert("hnsw", X, ids)
+        got = store.search("hnsw", Q, 10)
+        want = _exact(X, ids, Q, 10)
+        recall = np.mean([len(set(g) & set(w)) / 10 for g, w in zip(got.ids, want.ids)])
+        assert recall >= 0.95, recall
+    finally:
+        store.drop_collection("hnsw")
+        store.close()
+
+
+@integration
+def test_persistent_across_close_and_reopen(dense: Any) -> None:
+    env, _, _, Q, _ = dense
+    before = env.store.search("dense", Q[:3], 5)
+    other = MilvusStore(uri=env.uri, token=TOKEN)
+    try:
+        assert other.count("dense") == N
+        np.testing.assert_array_equal(other.search("dense", Q[:3], 5).ids, before.ids)
+    finally:
+        other.close()
+
+
+@integration
+def test_lite_file_survives_release_and_reopen(tmp_path: Any) -> None:
+    X, ids, Q, _ = _dense_data(5)
+    uri = str(tmp_path / "p.db")
+    with MilvusStore(uri=uri) as s:
+        s.create_collection("keep", DIM)
+        s.insert("keep", X, ids)
+        before = s.search("keep", Q, 5)
+    # The in-process server was released (lock freed): a fresh one reads the files.
+    assert os.path.isdir(uri)
+    with MilvusStore(uri=uri) as s:
+        assert s.count("keep") == N
+        np.testing.assert_array_equal(s.search("keep", Q, 5).ids, before.ids)
+    # An existing directory is a Lite uri too.
+    with MilvusStore(uri=uri + "/") as s:
+        assert s.is_lite and s.count("keep") == N
+
+
+# --------------------------------------------------------------------------
+# bad input and faults
+
+
+@integration
+def test_dense_into_sparse_and_reverse(env: Env) -> None:
+    if not env.supports_sparse:
+        pytest.skip("Milvus 2.3 has no sparse vectors (SPARSE_FLOAT_VECTOR arrived in 2.4)")
+    env.store.create_collection("sp_kind", sparse=True)
+    env.store.create_collection("de_kind", 8)
+    try:
+        with pytest.raises(TypeError, match="sparse collection 'sp_kind'"):
+            env.store.insert("sp_kind", np.ones((2, 8), np.float32), [1, 2])
+        with pytest.raises(TypeError, match="dense collection 'de_kind'"):
+            env.store.insert("de_kind", sp.random(2, 8, density=0.5, format="csr"), [1, 2])
+        with pytest.raises(TypeError, match="queries must be a scipy sparse"):
+            env.store.search("sp_kind", np.ones((1, 8), np.float32), 3)
+        with pytest.raises(TypeError, match="queries must be a dense"):
+            env.store.search("de_kind", sp.eye(1, 8, format="csr"), 3)
+        with pytest.raises(ValueError, match="all-zero sparse rows"):
+            env.store.insert("sp_kind", sp.csr_matrix((2, 8), dtype=np.float32), [1, 2])
+    finally:
+        env.store.drop_collection("sp_kind")
+        env.store.drop_collection("de_kind")
+
+
+@integration
+def test_dense_into_dense_dimension_mismatch(dense: Any) -> None:
+    env = dense[0]
+    with pytest.raises(ValueError, match=f"dimension {DIM}"):
+        env.store.insert("dense", np.ones((1, DIM + 1), np.float32), [10**9])
+    with pytest.raises(ValueError, match=f"dimension {DIM}"):
+        env.store.search("dense", np.ones((1, DIM - 1), np.float32), 3)
+
+
+@integration
+def test_duplicate_ids_rejected(dense: Any) -> None:
+    env, X, ids, _, _ = dense
+    with pytest.raises(ValueError, match="already stored"):
+        env.store.insert("dense", X[:2], ids[:2])
+    with pytest.raises(ValueError, match="unique"):
+        env.store.insert("dense", X[:2], [10**9, 10**9])
+    assert env.store.count("dense") == N
+
+
+@integration
+def test_unknown_and_existing_collection(dense: Any) -> None:
+    env = dense[0]
+    with pytest.raises(CollectionNotFoundError, match="'nope' does not exist"):
+        env.store.search("nope", np.ones((1, DIM), np.float32), 3)
+    with pytest.raises(CollectionExistsError, match="already exists"):
+        env.store.create_collection("dense", DIM)
+
+
+@integration
+@pytest.mark.parametrize("bad", ["1abc", "a-b", "has space", "", "x" * 256])
+def test_collection_name_milvus_rejects(env: Env, bad: str) -> None:
+    with pytest.raises(ValueError, match="Milvus's rule"):
+        env.store.create_collection(bad, 4)
+
+
+@integration
+def test_server_refusal_is_a_clear_error(env: Env) -> None:
+    if env.kind != "milvus235":
+        pytest.skip("Milvus Lite accepts names a real Milvus rejects; the server check is on 2.3.5")
+    # Bypass the local check to see the server's own refusal surface clearly.
+    with pytest.raises(MilvusStoreError, match=r"refused create_collection.*1abc") as info:
+        env.store._call("create_collection", "1abc", "create_collection", "1abc", dimension=4)
+    assert env.uri in str(info.value) and TOKEN not in str(info.value)
+
+
+@integration
+def test_k_above_server_limit(dense: Any) -> None:
+    env, _, _, Q, _ = dense
+    with pytest.raises(ValueError, match=rf"k must be in \[1, {MAX_TOPK}\], got {MAX_TOPK + 1}"):
+        env.store.search("dense", Q[:1], MAX_TOPK + 1)
+    assert env.store.search("dense", Q[:1], MAX_TOPK).ids.shape == (1, MAX_TOPK)
+    if env.kind == "milvus235":
+        # Told the limit is higher, the server itself refuses, clearly.
+        lax = MilvusStore(uri=env.uri, max_k=MAX_TOPK + 100, token=TOKEN)
+        try:
+            with pytest.raises(MilvusStoreError, match="topk"):
+                lax.search("dense", Q[:1], MAX_TOPK + 1)
+        finally:
+            lax.close()
+
+
+@integration
+def test_token_never_shown(env: Env, caplog: pytest.LogCaptureFixture, monkeypatch: Any) -> None:
+    monkeypatch.setenv("MILVUS_TOKEN", TOKEN)
+    store = MilvusStore(uri=env.uri)  # token from MILVUS_TOKEN
+    caplog.set_level(logging.DEBUG)
+    try:
+        assert TOKEN not in repr(store) and "***" in repr(store)
+        assert store.has_collection("dense_absent_") is False
+        with pytest.raises(CollectionNotFoundError) as e1:
+            store.search("dense_absent_", np.ones((1, 4), np.float32), 2)
+        assert TOKEN not in str(e1.value)
+    finally:
+        store.close()
+    assert TOKEN not in caplog.text
+
+
+@integration
+def test_down_server_clear_error_after_retries(
+    dead_lite_server: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    store = MilvusStore(uri=dead_lite_server.uri, token=TOKEN, retries=2, backoff_s=0.05)
+    store.create_collection("doomed", 4)
+    store.insert("doomed", np.eye(4, dtype=np.float32), np.arange(4))
+    assert store.search("doomed", np.eye(4, dtype=np.float32), 1).ids[:, 0].tolist() == [0, 1, 2, 3]
+    dead_lite_server.process.kill()
+    dead_lite_server.process.wait(timeout=10)
+    caplog.set_level(logging.DEBUG)
+    with pytest.raises(MilvusUnavailableError) as info:
+        store.search("doomed", np.eye(4, dtype=np.float32), 1)
+    msg = str(info.value)
+    assert dead_lite_server.uri in msg and "3 attempt(s)" in msg and "search" in msg
+    assert TOKEN not in msg and TOKEN not in caplog.text
+    assert caplog.text.count("retry ") >= 2  # the backoff retries happened
+    store.close()
+
+
+def test_uri_credentials_are_redacted() -> None:
+    assert _redact_uri("http://root:Milvus@host:19530") == "http://host:19530"
+    assert _redact_uri("http://127.0.0.1:19530") == "http://127.0.0.1:19530"
+    assert _redact_uri("/tmp/x.db") == "/tmp/x.db"
+    s = MilvusStore(uri="http://root:pw@127.0.0.1:1")
+    assert "pw" not in repr(s)
+
+
+# --------------------------------------------------------------------------
+# parameters (no server)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [
+        ({"index": "IVF_PQ"}, "index must be one of"),
+        ({"index": "HNSW", "index_params": {"nlist": 8}}, "unknown key"),
+        ({"index": "HNSW", "search_params": {"ef": 0}}, r"search_params\['ef'\] must be in"),
+        ({"consistency_level": "Sometimes"}, "consistency_level must be one of"),
+        ({"request_bytes": 65 * 2**20}, "request_bytes must be in"),
+        ({"retries": -1}, "retries must be in"),
+    ],
+)
+def test_bad_parameters(kwargs: dict, match: str) -> None:
+    with pytest.raises(ValueError, match=match):
+        MilvusStore(uri="http://127.0.0.1:1", **kwargs)
+
+
+def test_byte_batches_cover_rows_under_budget() -> None:
+    rng = np.random.default_rng(0)
+    sizes = rng.integers(1, 100, 500)
+    sizes[17] = 1000  # one row over budget travels alone
+    batches = _byte_batches(sizes, 300, max_rows=7)
+    assert batches[0][0] == 0 and batches[-1][1] == 500
+    assert all(a[1] == b[0] for a, b in itertools.pairwise(batches))
+    for lo, hi in batches:
+        assert hi - lo <= 7
+        assert sizes[lo:hi].sum() <= 300 or hi - lo == 1
+        # Greedy: the next row would not have fitted.
+        if hi < 500 and hi - lo < 7:
+            assert sizes[lo : hi + 1].sum() > 300
