@@ -166,11 +166,15 @@ class ASIF(AlignmentBase):
             # the block shapes BLAS sees, i.e. on the memory budget. The kept
             # cosines are recomputed per (row, anchor) in float64, which does not
             # depend on chunking, so any budget gives bit-identical output.
-            sub = max(1, int(budget // (k * anchors.shape[1] * 12)))
+            sub = max(1, int(budget // (k * anchors.shape[1] * 12)))  # float32 gather + float64 copy
             for s0 in range(0, q.shape[0], sub):
                 g = anchors[ids[s0 : s0 + sub]].astype(np.float64)
                 qq = Q64[r0 + s0 : r0 + min(s0 + sub, q.shape[0])]
-                out_vals[r0 + s0 : r0 + s0 + g.shape[0]] = np.einsum("rd,rkd->rk", qq, g)
+                # An elementwise product reduced along the contiguous last axis sums
+                # each (row, anchor) pair the same way whatever the chunk shape
+                # (einsum/BLAS pick kernels by shape).
+                g *= qq[:, None, :]
+                out_vals[r0 + s0 : r0 + s0 + g.shape[0]] = g.sum(axis=2)
         return out_vals, out_ids
 
     def _relative(self, V: np.ndarray, anchors: np.ndarray) -> sp.csr_matrix:
