@@ -148,7 +148,10 @@ class ASIF(AlignmentBase):
         out_vals = np.empty((n, k), dtype=np.float64)
         out_ids = np.empty((n, k), dtype=np.int64)
         for r0 in tqdm(
-            starts, desc="ASIF transform", unit="chunk", disable=not self.progress or len(starts) < 2
+            starts,
+            desc="ASIF transform",
+            unit="chunk",
+            disable=not self.progress or len(starts) < 2,
         ):
             q = Q[r0 : r0 + rows]
             blk = q @ anchors[:first].T
@@ -166,7 +169,9 @@ class ASIF(AlignmentBase):
             # the block shapes BLAS sees, i.e. on the memory budget. The kept
             # cosines are recomputed per (row, anchor) in float64, which does not
             # depend on chunking, so any budget gives bit-identical output.
-            sub = max(1, int(budget // (k * anchors.shape[1] * 12)))  # float32 gather + float64 copy
+            sub = max(
+                1, int(budget // (k * anchors.shape[1] * 12))
+            )  # float32 gather + float64 copy
             for s0 in range(0, q.shape[0], sub):
                 g = anchors[ids[s0 : s0 + sub]].astype(np.float64)
                 qq = Q64[r0 + s0 : r0 + min(s0 + sub, q.shape[0])]
@@ -185,9 +190,7 @@ class ASIF(AlignmentBase):
         out_vals = np.take_along_axis(out_vals, order, axis=1)
         w = np.maximum(out_vals, 0.0) ** float(self.exponent)
         w = l2_normalize(w).astype(np.float32)
-        mat = sp.csr_matrix(
-            (w.ravel(), out_ids.ravel(), np.arange(0, n * k + 1, k)), shape=(n, m)
-        )
+        mat = sp.csr_matrix((w.ravel(), out_ids.ravel(), np.arange(0, n * k + 1, k)), shape=(n, m))
         mat.eliminate_zeros()  # clipped negatives carry no information
         return mat
 
@@ -208,9 +211,10 @@ class ASIF(AlignmentBase):
         return l2_normalize(R)
 
     def _similarity(self, X: np.ndarray, Y: np.ndarray) -> np.ndarray:
-        return self._dense_relative(X, self.anchors_image_) @ self._dense_relative(
-            Y, self.anchors_text_
-        ).T
+        return (
+            self._dense_relative(X, self.anchors_image_)
+            @ self._dense_relative(Y, self.anchors_text_).T
+        )
 
     def top_anchors(self, X: Any, modality: str = "image") -> tuple[np.ndarray, np.ndarray]:
         """The ``(n, non_zeros)`` top cosines and anchor ids per row, by cosine descending.

@@ -145,8 +145,11 @@ class AlignmentBase(ABC):
         return m
 
     # ------------------------------------------------------- for subclasses
-    def _validate_params(self, X: np.ndarray, Y: np.ndarray) -> None:
-        """Check parameters against the support set; raise on bad values."""
+    def _validate_params(self, X: np.ndarray, Y: np.ndarray) -> None:  # noqa: B027
+        """Check parameters against the support set; raise on bad values.
+
+        Optional: a method without parameters to check (identity) keeps this.
+        """
 
     @abstractmethod
     def _fit(self, X: np.ndarray, Y: np.ndarray) -> None:

@@ -8,17 +8,15 @@ import pytest
 from imsearch_align.methods import ASIF
 from imsearch_align.methods.asif import plan_chunks
 
-from .conftest import correlated_pairs
-
 
 @pytest.fixture(scope="module")
-def fitted():
+def fitted(correlated_pairs):
     X, Y = correlated_pairs(400, 16, 12, seed=5)
     return ASIF(25, exponent=3.0, progress=False).fit(X[:300], Y[:300]), X[300:], Y[300:]
 
 
 @pytest.fixture(scope="module")
-def support():
+def support(correlated_pairs):
     X, Y = correlated_pairs(400, 16, 12, seed=5)
     return X[:300], Y[:300]
 
@@ -77,7 +75,10 @@ def test_tiny_memory_budget_forces_chunking_and_gives_identical_output(fitted, s
     tiny = ASIF(25, exponent=3.0, max_memory_gb=1e-9, progress=False).fit(*support)
     rows, block = plan_chunks(len(Xq), 300, 25, 1e-9)
     assert (rows, block) == (1, 1)  # one query and one anchor per step
-    for a, b in ((m.transform_images(Xq), tiny.transform_images(Xq)), (m.transform_texts(Yq), tiny.transform_texts(Yq))):
+    for a, b in (
+        (m.transform_images(Xq), tiny.transform_images(Xq)),
+        (m.transform_texts(Yq), tiny.transform_texts(Yq)),
+    ):
         np.testing.assert_array_equal(a.indptr, b.indptr)
         np.testing.assert_array_equal(a.indices, b.indices)
         np.testing.assert_array_equal(a.data, b.data)
@@ -98,16 +99,18 @@ def test_negative_cosines_are_clipped_to_zero():
     np.testing.assert_allclose(r, [1.0, 0.0, 0.0])
 
 
-def test_both_sides_are_normalised():
+def test_both_sides_are_normalised(correlated_pairs):
     X, Y = correlated_pairs(100, 6, 5, seed=1)
     m = ASIF(10, progress=False).fit(X, Y)
-    np.testing.assert_allclose(m.similarity(X[:5] * 7.0, Y[:6] * 0.1), m.similarity(X[:5], Y[:6]), atol=1e-12)
+    np.testing.assert_allclose(
+        m.similarity(X[:5] * 7.0, Y[:6] * 0.1), m.similarity(X[:5], Y[:6]), atol=1e-12
+    )
     norms = np.linalg.norm(m.transform_images(X[:5] * 7.0).toarray(), axis=1)
     np.testing.assert_allclose(norms, 1.0, rtol=1e-6)
 
 
 @pytest.mark.parametrize("k", [0, 101, -3])
-def test_non_zeros_out_of_range_names_the_range(k):
+def test_non_zeros_out_of_range_names_the_range(k, correlated_pairs):
     X, Y = correlated_pairs(100, 6, 5)
     with pytest.raises(ValueError, match=rf"non_zeros must be in \[1, 100\].*got {k}"):
         ASIF(k).fit(X, Y)
@@ -115,9 +118,12 @@ def test_non_zeros_out_of_range_names_the_range(k):
 
 @pytest.mark.parametrize(
     ("kwargs", "msg"),
-    [({"exponent": 0.0}, "exponent must be a finite float > 0"), ({"max_memory_gb": -1.0}, "max_memory_gb")],
+    [
+        ({"exponent": 0.0}, "exponent must be a finite float > 0"),
+        ({"max_memory_gb": -1.0}, "max_memory_gb"),
+    ],
 )
-def test_bad_params(kwargs, msg):
+def test_bad_params(kwargs, msg, correlated_pairs):
     X, Y = correlated_pairs(100, 6, 5)
     with pytest.raises(ValueError, match=msg):
         ASIF(5, **kwargs).fit(X, Y)

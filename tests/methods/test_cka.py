@@ -8,10 +8,10 @@ from scipy.optimize import linear_sum_assignment
 
 from imsearch_align.methods import LocalCKA, hungarian_match
 
-from .conftest import correlated_pairs
 
-
-def cka_oracle(Xp: np.ndarray, Yp: np.ndarray, kernel: str, sx: float = 1.0, sy: float = 1.0) -> float:
+def cka_oracle(
+    Xp: np.ndarray, Yp: np.ndarray, kernel: str, sx: float = 1.0, sy: float = 1.0
+) -> float:
     """Textbook CKA (Kornblith et al.): HSIC with explicit centring matrices, pairwise loops."""
     m = len(Xp)
     H = np.eye(m) - np.ones((m, m)) / m
@@ -28,7 +28,7 @@ def cka_oracle(Xp: np.ndarray, Yp: np.ndarray, kernel: str, sx: float = 1.0, sy:
 
 
 @pytest.mark.parametrize("kernel", ["linear", "rbf"])
-def test_factorised_scores_equal_textbook_cka(kernel):
+def test_factorised_scores_equal_textbook_cka(kernel, correlated_pairs):
     X, Y = correlated_pairs(60, 7, 5, seed=8)
     m = LocalCKA(kernel, base_size=20, seed=1).fit(X[:40], Y[:40])
     Xb, Yb = X[:40][m.base_index_], Y[:40][m.base_index_]
@@ -44,20 +44,20 @@ def test_factorised_scores_equal_textbook_cka(kernel):
             assert scores[i, j] == pytest.approx(o, abs=1e-6)
 
 
-def test_output_dims():
+def test_output_dims(correlated_pairs):
     X, Y = correlated_pairs(50, 7, 5)
     assert LocalCKA().fit(X, Y).output_dim_ == 5 + 2
     assert LocalCKA("rbf", base_size=12).fit(X, Y).output_dim_ == 12 + 1
 
 
-def test_rbf_sigma_is_the_median_heuristic_of_the_base():
+def test_rbf_sigma_is_the_median_heuristic_of_the_base(correlated_pairs):
     X, Y = correlated_pairs(30, 4, 3)
     m = LocalCKA("rbf").fit(X, Y)
     d = [np.sum((X[i] - X[j]) ** 2) for i in range(30) for j in range(i + 1, 30)]
     assert m.sigma_image_ == pytest.approx(np.sqrt(np.median(d)), rel=1e-10)
 
 
-def test_base_subset_is_seeded_and_none_means_all():
+def test_base_subset_is_seeded_and_none_means_all(correlated_pairs):
     X, Y = correlated_pairs(80, 6, 5)
     a = LocalCKA(base_size=30, seed=4).fit(X, Y)
     b = LocalCKA(base_size=30, seed=4).fit(X, Y)
@@ -67,7 +67,7 @@ def test_base_subset_is_seeded_and_none_means_all():
     np.testing.assert_array_equal(LocalCKA().fit(X, Y).base_index_, np.arange(80))
 
 
-def test_scale_invariance_per_side():
+def test_scale_invariance_per_side(correlated_pairs):
     X, Y = correlated_pairs(50, 6, 5)
     m = LocalCKA().fit(X, Y)
     m2 = LocalCKA().fit(X * 1e3, Y * 1e-3)
@@ -93,13 +93,13 @@ def test_match_is_the_maximum_weight_assignment():
 
 
 @pytest.mark.parametrize("b", [1, 51])
-def test_base_size_out_of_range(b):
+def test_base_size_out_of_range(b, correlated_pairs):
     X, Y = correlated_pairs(50, 6, 5)
     with pytest.raises(ValueError, match=rf"base_size must be None or in \[2, 50\].*got {b}"):
         LocalCKA(base_size=b).fit(X, Y)
 
 
-def test_bad_kernel():
+def test_bad_kernel(correlated_pairs):
     X, Y = correlated_pairs(50, 6, 5)
     with pytest.raises(ValueError, match="kernel must be 'linear' or 'rbf', got 'poly'"):
         LocalCKA("poly").fit(X, Y)

@@ -10,8 +10,6 @@ import scipy.sparse as sp
 from imsearch_align import METHODS
 from imsearch_align.methods import NotFittedError
 
-from .conftest import correlated_pairs
-
 # name -> constructor kwargs that suit the small fixture (d_image=12, d_text=9, N=200).
 CASES = {
     "csa": {"sim_dim": 5},
@@ -32,7 +30,12 @@ def data_for(case: str, pairs):
     X, Y, Xq, Yq = pairs
     if case == "identity":  # needs one shared space: texts are noisy copies of the images
         rng = np.random.default_rng(1)
-        return X, X + 0.3 * rng.standard_normal(X.shape), Xq, Xq + 0.3 * rng.standard_normal(Xq.shape)
+        return (
+            X,
+            X + 0.3 * rng.standard_normal(X.shape),
+            Xq,
+            Xq + 0.3 * rng.standard_normal(Xq.shape),
+        )
     return X, Y, Xq, Yq
 
 
@@ -71,7 +74,9 @@ def test_unfitted_use_raises_clear_error(case, call, pairs):
     m = make(case)
     X, Y, _, _ = pairs
     args = (X, Y) if call == "similarity" else (X,)
-    with pytest.raises(NotFittedError, match=r"is not fitted; call fit\(image_emb, text_emb\) first"):
+    with pytest.raises(
+        NotFittedError, match=r"is not fitted; call fit\(image_emb, text_emb\) first"
+    ):
         getattr(m, call)(*args)
 
 
@@ -133,9 +138,13 @@ def test_non_finite_input_raises(case, bad, pairs):
 def test_transform_dimension_mismatch_raises(case, pairs):
     X, Y, Xq, Yq = data_for(case, pairs)
     m = make(case).fit(X, Y)
-    with pytest.raises(ValueError, match=rf"X has dimension 5, the method was fitted on {X.shape[1]}"):
+    with pytest.raises(
+        ValueError, match=rf"X has dimension 5, the method was fitted on {X.shape[1]}"
+    ):
         m.transform_images(Xq[:, :5])
-    with pytest.raises(ValueError, match=rf"Y has dimension 4, the method was fitted on {Y.shape[1]}"):
+    with pytest.raises(
+        ValueError, match=rf"Y has dimension 4, the method was fitted on {Y.shape[1]}"
+    ):
         m.transform_texts(Yq[:, :4])
     with pytest.raises(ValueError, match=r"Y has dimension 4"):
         m.similarity(Xq, Yq[:, :4])
@@ -147,7 +156,7 @@ def test_identity_with_unequal_dims_raises(pairs):
         METHODS.get("identity")().fit(X, Y)
 
 
-def test_identity_is_plain_cosine():
+def test_identity_is_plain_cosine(correlated_pairs):
     X, Y = correlated_pairs(50, 8, 8, seed=4)
     m = METHODS.get("identity")().fit(X, Y)
     i, j = 3, 11
@@ -156,7 +165,7 @@ def test_identity_is_plain_cosine():
 
 
 def test_zero_query_row_scores_zero_not_nan(pairs):
-    X, Y, Xq, Yq = pairs
+    X, Y, _, Yq = pairs
     m = METHODS.get("linear")().fit(X, Y)
     G = m.transform_texts(np.vstack([np.zeros((1, 9)), Yq[:2]]))
     assert np.all(np.isfinite(G)) and np.all(G[0] == 0)

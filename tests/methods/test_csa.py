@@ -7,8 +7,6 @@ import pytest
 
 from imsearch_align.methods import CSA
 
-from .conftest import correlated_pairs
-
 
 def zoo_correlations(X: np.ndarray, Y: np.ndarray, r: int) -> np.ndarray:
     """Oracle: cca_zoo 4.x CCA fitted independently; in-sample |corr| per component, sorted."""
@@ -22,7 +20,7 @@ def zoo_correlations(X: np.ndarray, Y: np.ndarray, r: int) -> np.ndarray:
 
 
 @pytest.fixture(scope="module")
-def big_pairs():
+def big_pairs(correlated_pairs):
     return correlated_pairs(1500, 30, 20, d_latent=8, seed=2)
 
 
@@ -38,7 +36,9 @@ def test_cca_zoo_backend_matches_numpy_backend(big_pairs):
     a = CSA(10).fit(X, Y)
     b = CSA(10, backend="cca_zoo").fit(X, Y)
     np.testing.assert_allclose(a.canonical_correlations_, b.canonical_correlations_, atol=1e-6)
-    np.testing.assert_allclose(a.similarity(X[:20], Y[:30]), b.similarity(X[:20], Y[:30]), atol=1e-5)
+    np.testing.assert_allclose(
+        a.similarity(X[:20], Y[:30]), b.similarity(X[:20], Y[:30]), atol=1e-5
+    )
 
 
 def test_correlations_in_unit_interval_sorted_and_whitened(big_pairs):
@@ -87,7 +87,9 @@ def test_sign_flip_of_inputs_does_not_change_scores(big_pairs):
     for Xf, Yf in ((-X, Y), (X, -Y), (X * flip_x, Y)):
         m = CSA(8).fit(Xf, Yf)
         np.testing.assert_allclose(m.similarity(Xf[:30], Yf[:40]), S, atol=1e-9)
-        np.testing.assert_allclose(m.canonical_correlations_, ref.canonical_correlations_, atol=1e-12)
+        np.testing.assert_allclose(
+            m.canonical_correlations_, ref.canonical_correlations_, atol=1e-12
+        )
 
 
 def test_signs_are_deterministic(big_pairs):
@@ -102,24 +104,26 @@ def test_support_is_centred_once(big_pairs):
     X, Y = big_pairs
     m = CSA(4).fit(X + 100.0, Y)  # a shift of the inputs is absorbed by the mean exactly once
     ref = CSA(4).fit(X, Y)
-    np.testing.assert_allclose(m.similarity(X[:5] + 100.0, Y[:6]), ref.similarity(X[:5], Y[:6]), atol=1e-8)
+    np.testing.assert_allclose(
+        m.similarity(X[:5] + 100.0, Y[:6]), ref.similarity(X[:5], Y[:6]), atol=1e-8
+    )
 
 
 # ------------------------------------------------------------------- errors
 @pytest.mark.parametrize("sim_dim", [0, 10, -1])
-def test_sim_dim_out_of_range_names_the_range(sim_dim):
+def test_sim_dim_out_of_range_names_the_range(sim_dim, correlated_pairs):
     X, Y = correlated_pairs(100, 12, 9)
     with pytest.raises(ValueError, match=r"sim_dim must be in \[1, 9\].*got " + str(sim_dim)):
         CSA(sim_dim).fit(X, Y)
 
 
-def test_sim_dim_wrong_type():
+def test_sim_dim_wrong_type(correlated_pairs):
     X, Y = correlated_pairs(100, 12, 9)
     with pytest.raises(TypeError, match="sim_dim must be an integer"):
         CSA(2.5).fit(X, Y)
 
 
-def test_fewer_pairs_than_dimensions_says_so_and_suggests_eps_and_sim_dim():
+def test_fewer_pairs_than_dimensions_says_so_and_suggests_eps_and_sim_dim(correlated_pairs):
     X, Y = correlated_pairs(20, 30, 9)
     with pytest.raises(
         ValueError,
@@ -131,7 +135,7 @@ def test_fewer_pairs_than_dimensions_says_so_and_suggests_eps_and_sim_dim():
         CSA(5, backend="cca_zoo", eps=0.1).fit(X, Y)
 
 
-def test_regularised_fit_with_few_pairs_is_allowed_and_sim_dim_bounded_by_pairs():
+def test_regularised_fit_with_few_pairs_is_allowed_and_sim_dim_bounded_by_pairs(correlated_pairs):
     X, Y = correlated_pairs(20, 30, 25)
     m = CSA(5, eps=0.1).fit(X, Y)
     assert np.all(np.isfinite(m.similarity(X, Y)))
@@ -139,7 +143,7 @@ def test_regularised_fit_with_few_pairs_is_allowed_and_sim_dim_bounded_by_pairs(
         CSA(22, eps=0.1).fit(X, Y)
 
 
-def test_singular_covariance_without_ridge_raises():
+def test_singular_covariance_without_ridge_raises(correlated_pairs):
     X, Y = correlated_pairs(200, 6, 5)
     X = np.column_stack([X, X[:, 0]])  # a duplicated feature
     with pytest.raises(ValueError, match=r"image_emb: the support covariance is singular.*eps"):
@@ -155,7 +159,7 @@ def test_singular_covariance_without_ridge_raises():
         ({"backend": "torch"}, ValueError, "backend must be 'numpy' or 'cca_zoo', got 'torch'"),
     ],
 )
-def test_bad_params(kwargs, exc, msg):
+def test_bad_params(kwargs, exc, msg, correlated_pairs):
     X, Y = correlated_pairs(100, 12, 9)
     with pytest.raises(exc, match=msg):
         CSA(3, **kwargs).fit(X, Y)
