@@ -175,8 +175,6 @@ class MilvusStore:
     3")`` passes a Milvus boolean expression through.
     """
 
-    supports_sparse = True
-
     def __init__(
         self,
         uri: str = "milvus.db",
@@ -234,6 +232,7 @@ class MilvusStore:
         self._lite_path: str | None = None
         self._infos: dict[str, CollectionInfo] = {}
         self._loaded: set[str] = set()
+        self._server_version: str | None = None
         self._closed = False
 
     @staticmethod
@@ -254,6 +253,20 @@ class MilvusStore:
             f"MilvusStore(uri={_redact_uri(self.uri)!r}, index={self.index!r}, "
             f"consistency_level={self.consistency_level!r}, token={'***' if self.__token else None})"
         )
+
+    @property
+    def supports_sparse(self) -> bool:
+        """Whether the target has SPARSE_FLOAT_VECTOR: Milvus Lite and servers >= 2.4.
+
+        For a server this asks its version once (Milvus 2.3 accepts a sparse
+        schema but fails every insert, so it is refused up front).
+        """
+        if self.is_lite:
+            return True
+        if self._server_version is None:
+            self._server_version = str(self._call("get_server_version", None, "get_server_version"))
+        found = re.search(r"(\d+)\.(\d+)", self._server_version)
+        return found is None or (int(found[1]), int(found[2])) >= (2, 4)
 
     @property
     def is_lite(self) -> bool:
@@ -418,6 +431,12 @@ class MilvusStore:
             raise ValueError(f"metric must be 'ip', got {metric!r}")
         if not isinstance(sparse, bool):
             raise TypeError(f"sparse must be a bool, got {type(sparse).__name__} {sparse!r}")
+        if sparse and not self.supports_sparse:
+            raise TypeError(
+                f"sparse=True: Milvus {self._server_version} at {_redact_uri(self.uri)} has no "
+                "sparse vectors (SPARSE_FLOAT_VECTOR needs Milvus >= 2.4 or Milvus Lite); "
+                "expected sparse=False"
+            )
         if not sparse:
             if dim is None:
                 raise ValueError("dim must be given for a dense Milvus collection, got None")

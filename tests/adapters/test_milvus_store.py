@@ -30,6 +30,7 @@ from imsearch_align.adapters.milvus_store import (
     _redact_uri,
 )
 from imsearch_align.framework.registry import STORES
+from imsearch_align.testing.store_conformance import StoreConformance
 
 TOKEN = "s3cr3t-token-DO-NOT-LEAK"
 DEPLOYMENTS = ["lite_file", "lite_server", "milvus235"]
@@ -432,3 +433,75 @@ def test_byte_batches_cover_rows_under_budget() -> None:
         # Greedy: the next row would not have fitted.
         if hi < 500 and hi - lo < 7:
             assert sizes[lo : hi + 1].sum() > 300
+
+
+@integration
+def test_sparse_refused_up_front_on_milvus_23(env: Env) -> None:
+    if env.kind != "milvus235":
+        pytest.skip("only Milvus 2.3 lacks sparse vectors")
+    assert env.store.supports_sparse is False
+    with pytest.raises(TypeError, match=r"has no sparse vectors.*>= 2\.4"):
+        env.store.create_collection("no_sparse", sparse=True)
+    assert not env.store.has_collection("no_sparse")
+
+
+# --------------------------------------------------------------------------
+# the conformance kit, on every deployment
+
+_NO_SPARSE_23 = "Milvus 2.3 has no sparse vectors (SPARSE_FLOAT_VECTOR arrived in 2.4)"
+
+
+@integration
+class TestMilvusLiteFileConformance(StoreConformance):
+    exact = True
+    supports_sparse = True
+    persistent = True
+
+    @pytest.fixture
+    def make_store(self, tmp_path: Any) -> Any:
+        return lambda: MilvusStore(uri=str(tmp_path / "conf.db"))
+
+
+@integration
+class TestMilvusLiteFileHnswConformance(StoreConformance):
+    exact = False
+    supports_sparse = True
+    persistent = True
+    ann_min_recall = 0.95
+
+    @pytest.fixture
+    def make_store(self, tmp_path: Any) -> Any:
+        return lambda: MilvusStore(
+            uri=str(tmp_path / "hnsw.db"),
+            index="HNSW",
+            index_params={"M": 16, "efConstruction": 64},
+            search_params={"ef": 64},
+        )
+
+
+@integration
+class TestMilvusLiteServerConformance(StoreConformance):
+    exact = True
+    supports_sparse = True
+    persistent = True
+
+    @pytest.fixture
+    def make_store(self, milvus_lite_server: Any) -> Any:
+        return lambda: MilvusStore(uri=milvus_lite_server.uri, token=TOKEN)
+
+
+@integration
+class TestMilvus235Conformance(StoreConformance):
+    exact = True
+    supports_sparse = False
+    persistent = True
+
+    @pytest.fixture
+    def make_store(self, milvus_standalone: Any) -> Any:
+        return lambda: MilvusStore(uri=milvus_standalone.uri, token=TOKEN)
+
+    def test_exact_topk_sparse(self) -> None:
+        pytest.skip(_NO_SPARSE_23)
+
+    def test_recall_sparse(self) -> None:
+        pytest.skip(_NO_SPARSE_23)
