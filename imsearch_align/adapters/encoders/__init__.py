@@ -1,0 +1,38 @@
+"""Embedding providers, registered in :data:`imsearch_align.ENCODERS`.
+
+| name | class | modality |
+|---|---|---|
+| ``sentence-transformers`` | :class:`SentenceTransformerEncoder` | text |
+| ``hf-image`` | :class:`HFImageEncoder` (DINOv2, ViT; CLS/mean/pooler) | image |
+| ``clip`` | :class:`CLIPEncoder` (``modality="image"`` or ``"text"``) | both |
+| ``efficientnet-lite0`` | :class:`EfficientNetLite0Encoder` (offline ImageNet weights) | image |
+| ``precomputed`` | :class:`PrecomputedEmbeddings` (vectors looked up by id) | either |
+
+Importing this package is light: torch and transformers load on first encode.
+"""
+
+from __future__ import annotations
+
+from imsearch_align.adapters.encoders._common import BadImageError, ModelNotFoundError
+from imsearch_align.adapters.encoders.clip import CLIPEncoder
+from imsearch_align.adapters.encoders.efficientnet import EfficientNetLite0Encoder
+from imsearch_align.adapters.encoders.hf_image import HFImageEncoder
+from imsearch_align.adapters.encoders.precomputed import PrecomputedEmbeddings
+from imsearch_align.adapters.encoders.sentence_transformers import SentenceTransformerEncoder
+from imsearch_align.framework.registry import ENCODERS
+
+__all__ = [
+    "BadImageError",
+    "CLIPEncoder",
+    "EfficientNetLite0Encoder",
+    "HFImageEncoder",
+    "ModelNotFoundError",
+    "PrecomputedEmbeddings",
+    "SentenceTransformerEncoder",
+]
+
+ENCODERS.register("sentence-transformers")(SentenceTransformerEncoder)
+ENCODERS.register("hf-image")(HFImageEncoder)
+ENCODERS.register("clip")(CLIPEncoder)
+ENCODERS.register("efficientnet-lite0")(EfficientNetLite0Encoder)
+ENCODERS.register("precomputed")(PrecomputedEmbeddings)

@@ -1,0 +1,407 @@
+"""The data model every loader returns: :class:`PairedDataset`.
+
+A dataset is data only: two tables, optional class metadata, and the split.
+Embeddings are *not* part of it; they are what an
+:class:`~imsearch_align.framework.interfaces.EmbeddingProvider` produces from
+it (see :func:`imsearch_align.embedding.embed`), cached on disk.
+
+Tables (pandas, built once by a loader, read by the experiment):
+
+``images``
+    ``image_id`` (int64, unique), ``path`` (str, absolute) and/or ``bytes``
+    (encoded image file) - or neither for embedding-only data -, ``split``
+    (str), and where the task has them ``label`` (int64 class index) or
+    ``label_set`` (tuple of int64 class indices, multi-label).
+``texts``
+    ``text_id`` (int64, unique), ``image_id`` (int64, must exist in
+    ``images``), ``caption`` (str), ``split`` (str, always the split of the
+    caption's image, so a pair never straddles two splits).
+
+Splits: ``"train"`` is the *support* set an alignment method is fitted on;
+``"test"`` is what search is evaluated on; ``"val"`` is held out. Loaders
+follow the official split where one exists (Karpathy for Flickr30k and COCO)
+and otherwise a seeded ratio over images (:meth:`PairedDataset.resplit`).
+Splitting by image keeps all captions of an image on one side, so no test
+pair can leak into the support set.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Any, NamedTuple
+
+import numpy as np
+import pandas as pd
+
+from imsearch_align.framework.metrics import Qrels
+from imsearch_align.framework.validation import check_int
+
+if TYPE_CHECKING:
+    from imsearch_align.adapters.encoders.precomputed import PrecomputedEmbeddings
+
+__all__ = [
+    "SPLITS",
+    "SUPPORT_SPLIT",
+    "TEST_SPLIT",
+    "EmbeddedDataset",
+    "PairedDataset",
+    "seeded_split",
+]
+
+#: Split names a dataset may use.
+SPLITS = ("train", "val", "test")
+#: The split an alignment method is fitted on (its N paired examples come from here).
+SUPPORT_SPLIT = "train"
+#: The split search quality is measured on.
+TEST_SPLIT = "test"
+
+_DIRECTIONS = ("t2i", "i2t")
+
+
+def seeded_split(
+    n: int, *, test_fraction: float, seed: int, val_fraction: float = 0.0
+) -> np.ndarray:
+    """Assign ``n`` items to ``train``/``val``/``test`` by a seeded permutation.
+
+    The counts are ``round(n * test_fraction)`` test and
+    ``round(n * val_fraction)`` val items, the rest train; the same ``seed``
+    always gives the same assignment. Returns an object array of split names.
+    """
+    n = check_int(n, "n", low=0)
+    for name, frac in (("test_fraction", test_fraction), ("val_fraction", val_fraction)):
+        if not isinstance(frac, float | int) or not 0.0 <= float(frac) <= 1.0:
+            raise ValueError(f"{name} must be a number in [0, 1], got {frac!r}")
+    if float(test_fraction) + float(val_fraction) > 1.0:
+        raise ValueError(
+            "test_fraction + val_fraction must be <= 1, got "
+            f"{test_fraction} + {val_fraction} = {float(test_fraction) + float(val_fraction)}"
+        )
+    seed = check_int(seed, "seed", low=0)
+    n_test = round(n * float(test_fraction))
+    n_val = round(n * float(val_fraction))
+    order = np.random.default_rng(seed).permutation(n)
+    out = np.full(n, "train", dtype=object)
+    out[order[:n_test]] = "test"
+    out[order[n_test : n_test + n_val]] = "val"
+    return out
+
+
+def _as_int64_column(df: pd.DataFrame, col: str, table: str) -> pd.Series:
+    s = df[col]
+    if not pd.api.types.is_integer_dtype(s.dtype):
+        raise TypeError(f"PairedDataset: {table}.{col} must be integers, got dtype {s.dtype}")
+    s = s.astype(np.int64)
+    if len(s) and int(s.min()) < 0:
+        raise ValueError(f"PairedDataset: {table}.{col} must be >= 0, got {int(s.min())}")
+    return s
+
+
+@dataclass(frozen=True, eq=False)
+class PairedDataset:
+    """Paired image-text data with a split, relevance judgements and class metadata.
+
+    Build one with a loader (``DATASETS.get("flickr30k")(root=...)``), with
+    :meth:`from_arrays` for embedding-only data, or directly from two tables
+    (see the module docstring for their columns). The constructor validates
+    the tables and stores its own copies, so a dataset never changes after
+    construction.
+
+    Attributes:
+        name: dataset identifier, also the dataset part of embedding cache keys.
+        images: images table.
+        texts: texts table.
+        class_names: class names by class index (classification datasets).
+        templates: prompt templates with a ``{c}`` placeholder for a class name.
+        root: the folder the data was read from, if any (informational).
+    """
+
+    name: str
+    images: pd.DataFrame
+    texts: pd.DataFrame
+    class_names: tuple[str, ...] | None = None
+    templates: tuple[str, ...] | None = None
+    root: str | None = field(default=None, compare=False)
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.name, str) or not self.name:
+            raise ValueError(f"PairedDataset: name must be a non-empty string, got {self.name!r}")
+        for tname in ("images", "texts"):
+            if not isinstance(getattr(self, tname), pd.DataFrame):
+                raise TypeError(
+                    f"PairedDataset: {tname} must be a pandas DataFrame, "
+                    f"got {type(getattr(self, tname)).__name__}"
+                )
+        images = self.images.reset_index(drop=True).copy()
+        texts = self.texts.reset_index(drop=True).copy()
+        for tname, df, cols in (
+            ("images", images, ("image_id",)),
+            ("texts", texts, ("text_id", "image_id", "caption")),
+        ):
+            missing = [c for c in cols if c not in df.columns]
+            if missing:
+                raise ValueError(
+                    f"PairedDataset: {tname} is missing column(s) {missing}; "
+                    f"got columns {list(df.columns)}"
+                )
+        images["image_id"] = _as_int64_column(images, "image_id", "images")
+        texts["text_id"] = _as_int64_column(texts, "text_id", "texts")
+        texts["image_id"] = _as_int64_column(texts, "image_id", "texts")
+        for tname, df, col in (("images", images, "image_id"), ("texts", texts, "text_id")):
+            dup = df[col].duplicated()
+            if dup.any():
+                raise ValueError(
+                    f"PairedDataset: {tname}.{col} must be unique, got duplicate(s) "
+                    f"{df.loc[dup, col].unique()[:5].tolist()}"
+                )
+        known = texts["image_id"].isin(images["image_id"])
+        if not known.all():
+            bad = texts.loc[~known, "image_id"].unique()
+            raise ValueError(
+                f"PairedDataset: {int((~known).sum())} caption(s) reference unknown image_id(s) "
+                f"{bad[:5].tolist()}{' ...' if len(bad) > 5 else ''}; every texts.image_id must "
+                "appear in images.image_id"
+            )
+        if "split" not in images.columns:
+            images["split"] = TEST_SPLIT
+        images["split"] = images["split"].astype(str)
+        bad_split = ~images["split"].isin(SPLITS)
+        if bad_split.any():
+            raise ValueError(
+                f"PairedDataset: images.split must be one of {list(SPLITS)}, got "
+                f"{sorted(images.loc[bad_split, 'split'].unique())[:5]}"
+            )
+        # A caption's split is its image's split by construction: that is what
+        # makes a support/test leak impossible.
+        img_split = texts["image_id"].map(
+            pd.Series(images["split"].to_numpy(), index=images["image_id"])
+        )
+        if "split" in texts.columns:
+            differs = texts["split"].astype(str).to_numpy() != img_split.to_numpy()
+            if differs.any():
+                i = int(np.flatnonzero(differs)[0])
+                raise ValueError(
+                    f"PairedDataset: text_id {int(texts['text_id'].iloc[i])} has split "
+                    f"{texts['split'].iloc[i]!r} but its image {int(texts['image_id'].iloc[i])} "
+                    f"is in {img_split.iloc[i]!r}; a caption must share its image's split"
+                )
+        texts["split"] = img_split.astype(str).to_numpy()
+        if "label" in images.columns:
+            images["label"] = _as_int64_column(images, "label", "images")
+        if self.class_names is not None:
+            object.__setattr__(self, "class_names", tuple(str(c) for c in self.class_names))
+            n_cls = len(self.class_names)
+            if "label" in images.columns and len(images) and int(images["label"].max()) >= n_cls:
+                raise ValueError(
+                    f"PairedDataset: images.label must be < len(class_names) = {n_cls}, "
+                    f"got {int(images['label'].max())}"
+                )
+        if self.templates is not None:
+            tpl = tuple(str(t) for t in self.templates)
+            no_slot = [t for t in tpl if "{c}" not in t]
+            if no_slot:
+                raise ValueError(
+                    f"PairedDataset: every template must contain '{{c}}', got {no_slot[:3]}"
+                )
+            object.__setattr__(self, "templates", tpl)
+        object.__setattr__(self, "images", images)
+        object.__setattr__(self, "texts", texts)
+
+    # -- constructors
+    @classmethod
+    def from_arrays(
+        cls,
+        image_emb: Any,
+        text_emb: Any,
+        text_image: Any = None,
+        labels: Any = None,
+        *,
+        name: str = "arrays",
+        split: Any = None,
+        test_fraction: float = 0.3,
+        seed: int = 0,
+        class_names: Sequence[str] | None = None,
+    ) -> EmbeddedDataset:
+        """Wrap embedding-only data into a dataset and two precomputed providers.
+
+        Args:
+            image_emb: ``(n_images, d_img)`` image embeddings; row ``i`` is image id ``i``.
+            text_emb: ``(n_texts, d_txt)`` text embeddings; row ``j`` is text id ``j``.
+            text_image: ``(n_texts,)`` image index of each text row; default
+                ``arange(n_texts)`` (one text per image, ``n_texts == n_images``).
+            labels: optional ``(n_images,)`` class index per image.
+            name: dataset name (cache key part).
+            split: optional ``(n_images,)`` split name per image; default a
+                seeded ratio (``test_fraction``, ``seed``).
+            test_fraction: fraction of images in ``test`` when ``split`` is None.
+            seed: seed of the ratio split.
+            class_names: names of the classes ``labels`` index into.
+
+        Returns:
+            ``EmbeddedDataset(dataset, image, text)``: a named tuple that
+            unpacks as ``(PairedDataset, PrecomputedEmbeddings, PrecomputedEmbeddings)``.
+        """
+        from imsearch_align.adapters.encoders.precomputed import PrecomputedEmbeddings
+        from imsearch_align.framework.validation import check_matrix
+
+        X = check_matrix(image_emb, "image_emb", min_rows=1)
+        Y = check_matrix(text_emb, "text_emb", min_rows=1)
+        n_img, n_txt = X.shape[0], Y.shape[0]
+        if text_image is None:
+            if n_txt != n_img:
+                raise ValueError(
+                    f"text_image is required when text_emb has a different number of rows "
+                    f"({n_txt}) than image_emb ({n_img})"
+                )
+            text_image = np.arange(n_txt)
+        ti = np.asarray(text_image)
+        if ti.shape != (n_txt,) or (ti.size and ti.dtype.kind not in "iu"):
+            raise ValueError(
+                f"text_image must be {n_txt} integer image indices (one per text_emb row), "
+                f"got shape {ti.shape} dtype {ti.dtype}"
+            )
+        if ti.size and (ti.min() < 0 or ti.max() >= n_img):
+            raise ValueError(
+                f"text_image must index image_emb rows in [0, {n_img - 1}], "
+                f"got values in [{int(ti.min())}, {int(ti.max())}]"
+            )
+        if split is None:
+            split = seeded_split(n_img, test_fraction=test_fraction, seed=seed)
+        split = np.asarray(split, dtype=object)
+        if split.shape != (n_img,):
+            raise ValueError(
+                f"split must have one entry per image ({n_img}), got shape {split.shape}"
+            )
+        images = pd.DataFrame({"image_id": np.arange(n_img, dtype=np.int64), "split": split})
+        if labels is not None:
+            lab = np.asarray(labels)
+            if lab.shape != (n_img,):
+                raise ValueError(f"labels must have shape ({n_img},), got {lab.shape}")
+            images["label"] = lab.astype(np.int64)
+        texts = pd.DataFrame(
+            {
+                "text_id": np.arange(n_txt, dtype=np.int64),
+                "image_id": ti.astype(np.int64),
+                "caption": pd.Series([None] * n_txt, dtype=object),
+            }
+        )
+        ds = cls(
+            name=name,
+            images=images,
+            texts=texts,
+            class_names=tuple(class_names) if class_names is not None else None,
+        )
+        return EmbeddedDataset(
+            ds,
+            PrecomputedEmbeddings(
+                images["image_id"].to_numpy(), X, modality="image", name=f"{name}-image"
+            ),
+            PrecomputedEmbeddings(
+                texts["text_id"].to_numpy(), Y, modality="text", name=f"{name}-text"
+            ),
+        )
+
+    # -- views
+    @property
+    def labels(self) -> np.ndarray | None:
+        """``(n_images,)`` int64 class index per image row, or None."""
+        if "label" not in self.images.columns:
+            return None
+        return self.images["label"].to_numpy(dtype=np.int64)
+
+    @property
+    def label_sets(self) -> tuple[tuple[int, ...], ...] | None:
+        """Class indices per image row for multi-label data, or None."""
+        if "label_set" not in self.images.columns:
+            return None
+        return tuple(tuple(int(c) for c in s) for s in self.images["label_set"])
+
+    def _check_split(self, split: str | None) -> None:
+        if split is not None and split not in SPLITS:
+            raise ValueError(f"split must be one of {list(SPLITS)} or None (all), got {split!r}")
+
+    def split_ids(self, split: str | None = TEST_SPLIT, modality: str = "image") -> np.ndarray:
+        """Ids of one split, in table order: image ids or (``modality="text"``) text ids.
+
+        ``split=None`` gives every id.
+        """
+        self._check_split(split)
+        if modality not in ("image", "text"):
+            raise ValueError(f"modality must be 'image' or 'text', got {modality!r}")
+        df, col = (self.images, "image_id") if modality == "image" else (self.texts, "text_id")
+        if split is not None:
+            df = df[df["split"] == split]
+        return df[col].to_numpy(dtype=np.int64)
+
+    def qrels(self, direction: str, split: str | None = TEST_SPLIT) -> Qrels:
+        """Binary relevance judgements on a split.
+
+        ``"t2i"``: query id = ``text_id``, the caption's one image (``image_id``)
+        is relevant. ``"i2t"``: query id = ``image_id``, every caption of the
+        image (``text_id``) is relevant. ``split=None`` judges all rows.
+        """
+        if direction not in _DIRECTIONS:
+            raise ValueError(f"direction must be one of {list(_DIRECTIONS)}, got {direction!r}")
+        self._check_split(split)
+        t = self.texts if split is None else self.texts[self.texts["split"] == split]
+        if direction == "t2i":
+            return Qrels.from_pairs(t["text_id"].to_numpy(), t["image_id"].to_numpy())
+        t = t.sort_values(["image_id", "text_id"], kind="stable")
+        return Qrels.from_pairs(t["image_id"].to_numpy(), t["text_id"].to_numpy())
+
+    def label_qrels(self, split: str | None = TEST_SPLIT) -> Qrels:
+        """Classification judgements: query id = ``image_id``, doc id = class index.
+
+        Single-label data uses ``label``, multi-label data ``label_set``;
+        Accuracy is then HitRate@1 over class ids.
+        """
+        self._check_split(split)
+        df = self.images if split is None else self.images[self.images["split"] == split]
+        if "label" in df.columns:
+            return Qrels.from_pairs(df["image_id"].to_numpy(), df["label"].to_numpy())
+        if "label_set" in df.columns:
+            q = [i for i, s in zip(df["image_id"], df["label_set"]) for _ in s]
+            d = [int(c) for s in df["label_set"] for c in s]
+            return Qrels.from_pairs(np.asarray(q, dtype=np.int64), np.asarray(d, dtype=np.int64))
+        raise ValueError(
+            f"dataset {self.name!r} has no label or label_set column (not a classification dataset)"
+        )
+
+    def resplit(
+        self, *, test_fraction: float, seed: int, val_fraction: float = 0.0
+    ) -> PairedDataset:
+        """A copy with a seeded ratio split over images (captions follow their image)."""
+        split = seeded_split(
+            len(self.images), test_fraction=test_fraction, seed=seed, val_fraction=val_fraction
+        )
+        images = self.images.assign(split=split)
+        return replace(self, images=images, texts=self.texts.drop(columns=["split"]))
+
+    def subset(self, splits: Sequence[str]) -> PairedDataset:
+        """A copy with only the images (and their captions) of ``splits``."""
+        for s in splits:
+            self._check_split(s)
+        images = self.images[self.images["split"].isin(list(splits))]
+        texts = self.texts[self.texts["image_id"].isin(images["image_id"])]
+        return replace(self, images=images, texts=texts)
+
+    def __len__(self) -> int:
+        return len(self.images)
+
+    def __repr__(self) -> str:
+        counts = self.images["split"].value_counts().to_dict()
+        return (
+            f"PairedDataset(name={self.name!r}, images={len(self.images)}, texts={len(self.texts)}, "
+            f"splits={counts}, classes={len(self.class_names) if self.class_names else 0})"
+        )
+
+
+class EmbeddedDataset(NamedTuple):
+    """A dataset with the providers that hold its precomputed embeddings.
+
+    Unpacks as ``dataset, image_provider, text_provider``.
+    """
+
+    dataset: PairedDataset
+    image: PrecomputedEmbeddings
+    text: PrecomputedEmbeddings

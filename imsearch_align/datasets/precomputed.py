@@ -1,0 +1,176 @@
+"""Precomputed embeddings from local files or Hub repositories.
+
+Formats (by file suffix):
+
+* ``.npy``: one ``(n, d)`` array (``allow_pickle=False``: never executes code);
+* ``.parquet``: an ``embedding`` list column (or every numeric column as
+  one dimension), optional ``id`` column;
+* ``.safetensors``: tensor ``embeddings`` (or the only tensor), optional ``ids``;
+* ``.pkl`` / ``.pickle`` (e.g. the MMA benchmark's ``ridalefdali/flickr30k_embeddings``):
+  **only with ``allow_pickle=True``**. Unpickling runs arbitrary code from the
+  file, so a downloaded pickle is as dangerous as a downloaded script; opt
+  in only for sources you trust.
+
+Pairing of text rows to images: ``text_image`` (one image row index per
+text row), or a text array of ``n_images * k`` rows (``k`` captions per
+image, image-major), or a 3-D ``(n_images, k, d)`` text array.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from imsearch_align.datasets._local import hub_download
+from imsearch_align.datasets.base import EmbeddedDataset, PairedDataset
+from imsearch_align.framework.registry import DATASETS
+
+__all__ = ["load_precomputed", "read_embeddings"]
+
+_PICKLE_WHY = (
+    "it is a pickle, and unpickling runs arbitrary code stored in the file; pass allow_pickle=True "
+    "only if you trust its source (or convert it once to .npy/.safetensors/.parquet)"
+)
+
+
+def _from_pickled(obj: Any, path: Path) -> tuple[np.ndarray | None, np.ndarray]:
+    if isinstance(obj, dict):
+        for k in ("embeddings", "embedding", "emb", "features", "vectors"):
+            if k in obj:
+                ids = obj.get("ids")
+                return (None if ids is None else np.asarray(ids)), np.asarray(obj[k])
+        arrays = [v for v in obj.values() if hasattr(v, "shape") or isinstance(v, list)]
+        if len(arrays) == 1:
+            return None, np.asarray(arrays[0])
+        raise ValueError(
+            f"{str(path)!r}: pickled dict has no 'embeddings' key; keys are {list(obj)[:10]}"
+        )
+    if hasattr(obj, "detach"):  # a torch tensor
+        obj = obj.detach().cpu().numpy()
+    return None, np.asarray(obj)
+
+
+def read_embeddings(
+    path: str | os.PathLike, *, allow_pickle: bool = False
+) -> tuple[np.ndarray | None, np.ndarray]:
+    """Read ``(ids or None, vectors)`` from a ``.npy``, ``.parquet``, ``.safetensors`` or pickle file."""
+    p = Path(path)
+    if not p.is_file():
+        raise FileNotFoundError(
+            f"precomputed embeddings file {str(p)!r} does not exist; expected a .npy, .parquet, "
+            ".safetensors (or, with allow_pickle=True, .pkl) file"
+        )
+    suf = p.suffix.lower()
+    if suf == ".npy":
+        try:
+            return None, np.load(p, allow_pickle=False)
+        except ValueError as exc:
+            raise ValueError(
+                f"{str(p)!r} holds Python objects, not a numeric array: {_PICKLE_WHY}"
+            ) from exc
+    if suf == ".parquet":
+        import pandas as pd
+
+        df = pd.read_parquet(p)
+        ids = df["id"].to_numpy() if "id" in df.columns else None
+        if "embedding" in df.columns:
+            return ids, np.stack(df["embedding"].to_numpy()).astype(np.float32)
+        num = df.drop(columns=[c for c in ("id",) if c in df.columns]).select_dtypes("number")
+        if num.shape[1] == 0:
+            raise ValueError(
+                f"{str(p)!r}: expected an 'embedding' list column or numeric columns, got {list(df.columns)}"
+            )
+        return ids, num.to_numpy(np.float32)
+    if suf == ".safetensors":
+        from safetensors.numpy import load_file
+
+        t = load_file(str(p))
+        ids = t.pop("ids", None)
+        key = "embeddings" if "embeddings" in t else (next(iter(t)) if len(t) == 1 else None)
+        if key is None:
+            raise ValueError(
+                f"{str(p)!r}: expected a tensor named 'embeddings' (or exactly one tensor), got {sorted(t)}"
+            )
+        return ids, t[key]
+    if suf in (".pkl", ".pickle"):
+        if not allow_pickle:
+            raise ValueError(f"refusing to load {str(p)!r}: {_PICKLE_WHY}")
+        import pickle
+
+        with p.open("rb") as fh:
+            obj = pickle.load(fh)
+        return _from_pickled(obj, p)
+    raise ValueError(
+        f"unsupported embeddings file {p.name!r}: expected .npy, .parquet, .safetensors or .pkl"
+    )
+
+
+def _resolve(path: str | os.PathLike, repo_id: str | None) -> Path:
+    if repo_id is None:
+        return Path(path)
+    return Path(
+        hub_download(
+            repo_id,
+            str(path),
+            what="precomputed embeddings",
+            local_hint="download the files and pass their local paths",
+        )
+    )
+
+
+@DATASETS.register("precomputed")
+def load_precomputed(
+    image_path: str | os.PathLike,
+    text_path: str | os.PathLike,
+    *,
+    text_image: Any = None,
+    labels: Any = None,
+    repo_id: str | None = None,
+    allow_pickle: bool = False,
+    test_fraction: float = 0.3,
+    seed: int = 42,
+    name: str | None = None,
+) -> EmbeddedDataset:
+    """Load image and text embeddings into ``(dataset, image_provider, text_provider)``.
+
+    Args:
+        image_path, text_path: files (or, with ``repo_id``, file names in that
+            Hub dataset repository).
+        text_image: image row index per text row (see module docstring for the default).
+        labels: optional class index per image row.
+        repo_id: a Hub dataset repository such as ``"ridalefdali/flickr30k_embeddings"``.
+        allow_pickle: allow ``.pkl`` files (unpickling runs code: trusted sources only).
+        test_fraction, seed: seeded ratio split over images.
+        name: dataset name; default from the image file name.
+    """
+    ip, tp = _resolve(image_path, repo_id), _resolve(text_path, repo_id)
+    img_ids, X = read_embeddings(ip, allow_pickle=allow_pickle)
+    _, Y = read_embeddings(tp, allow_pickle=allow_pickle)
+    X = np.asarray(X)
+    Y = np.asarray(Y)
+    if X.ndim != 2:
+        raise ValueError(f"image embeddings in {ip.name!r} must be 2-D (n, d), got shape {X.shape}")
+    if Y.ndim == 3:
+        if Y.shape[0] != X.shape[0]:
+            raise ValueError(
+                f"3-D text embeddings {Y.shape} need one block per image ({X.shape[0]})"
+            )
+        text_image = (
+            np.repeat(np.arange(X.shape[0]), Y.shape[1]) if text_image is None else text_image
+        )
+        Y = Y.reshape(-1, Y.shape[2])
+    if text_image is None and Y.shape[0] != X.shape[0]:
+        if Y.shape[0] % X.shape[0]:
+            raise ValueError(
+                f"cannot pair {Y.shape[0]} text rows with {X.shape[0]} image rows: pass text_image "
+                "(one image row index per text row)"
+            )
+        text_image = np.repeat(np.arange(X.shape[0]), Y.shape[0] // X.shape[0])
+    del img_ids  # rows are the ids: image row i is image_id i
+    ds_name = name or Path(str(image_path)).stem
+    return PairedDataset.from_arrays(
+        X, Y, text_image, labels, name=ds_name, test_fraction=test_fraction, seed=seed
+    )

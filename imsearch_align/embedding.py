@@ -1,0 +1,153 @@
+"""Embeddings of a dataset: :func:`embed`, what the experiment runner calls.
+
+``embed(dataset, provider, "image")`` feeds the provider the dataset's items
+(image paths or bytes; captions) in id order, or the ids themselves for a
+provider with ``lookup_by_id`` (precomputed embeddings), and caches the
+result when ``cache_dir`` is given.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from imsearch_align.cache import CacheKey, EmbeddingCache
+from imsearch_align.datasets.base import PairedDataset
+from imsearch_align.framework.validation import check_matrix
+
+__all__ = ["embed", "items_for"]
+
+
+def _rows(dataset: PairedDataset, modality: str, ids: Any) -> pd.DataFrame:
+    if modality not in ("image", "text"):
+        raise ValueError(f"modality must be 'image' or 'text', got {modality!r}")
+    df, col = (dataset.images, "image_id") if modality == "image" else (dataset.texts, "text_id")
+    if ids is None:
+        return df
+    req = np.asarray(ids)
+    if req.ndim != 1 or (req.size and req.dtype.kind not in "iu"):
+        raise TypeError(
+            f"ids must be a 1-D array of integer {col}s, got shape {req.shape} dtype {req.dtype}"
+        )
+    pos = pd.Index(df[col]).get_indexer(req.astype(np.int64))
+    if (pos < 0).any():
+        bad = req[pos < 0]
+        raise KeyError(
+            f"ids: {len(bad)} {col}(s) not in dataset {dataset.name!r}, e.g. {bad[:5].tolist()}"
+        )
+    return df.iloc[pos]
+
+
+def items_for(dataset: PairedDataset, modality: str, rows: pd.DataFrame) -> list[Any]:
+    """The raw items of ``rows``: captions, or image paths / bytes."""
+    if modality == "text":
+        caps = rows["caption"].tolist()
+        bad = [i for i, c in enumerate(caps) if not isinstance(c, str)]
+        if bad:
+            raise ValueError(
+                f"dataset {dataset.name!r} has no caption text for text_id "
+                f"{int(rows['text_id'].iloc[bad[0]])} (embedding-only data?); use a precomputed provider"
+            )
+        return caps
+    if "bytes" in rows.columns and "path" in rows.columns:
+        return [
+            b if b is not None and not (isinstance(b, float)) else p
+            for b, p in zip(rows["bytes"], rows["path"])
+        ]
+    for col in ("path", "bytes"):
+        if col in rows.columns:
+            return rows[col].tolist()
+    raise ValueError(
+        f"dataset {dataset.name!r} has no image path or bytes column (embedding-only data?); "
+        "use a precomputed provider"
+    )
+
+
+def _inputs_hash(modality: str, ids: np.ndarray, items: list[Any] | None) -> str:
+    h = hashlib.sha256(f"{modality};".encode())
+    h.update(np.ascontiguousarray(ids, dtype=np.int64).tobytes())
+    for it in items or ():
+        if isinstance(it, str) and modality == "image":
+            # A path is identified by name, size and modification time: a
+            # replaced file invalidates its entry without hashing every image.
+            try:
+                st = os.stat(it)
+                h.update(f"p:{it}:{st.st_size}:{st.st_mtime_ns};".encode())
+            except OSError:
+                h.update(f"p:{it}:missing;".encode())
+        elif isinstance(it, bytes | bytearray | memoryview):
+            h.update(b"b:" + hashlib.sha256(bytes(it)).digest())
+        else:
+            h.update(f"t:{len(str(it))}:{it};".encode())
+    return h.hexdigest()
+
+
+def _split_label(rows: pd.DataFrame, n_total: int) -> str:
+    if len(rows) == n_total:
+        return "all"
+    splits = sorted(set(rows["split"].astype(str))) if "split" in rows.columns else []
+    return "+".join(splits) or "none"
+
+
+def embed(
+    dataset: PairedDataset,
+    provider: Any,
+    modality: str,
+    *,
+    ids: Any = None,
+    cache_dir: str | os.PathLike | None = None,
+    batch_size: int = 32,
+    progress: bool = True,
+) -> np.ndarray:
+    """Embed one modality of ``dataset`` with ``provider``; rows follow ``ids``.
+
+    Args:
+        dataset: the data.
+        provider: an ``EmbeddingProvider`` of the same ``modality``.
+        modality: ``"image"`` (rows of ``dataset.images``) or ``"text"``
+            (rows of ``dataset.texts``).
+        ids: ``image_id`` s or ``text_id`` s to embed, in the wanted row
+            order; default every row in table order.
+        cache_dir: folder of the embedding cache; None disables caching.
+        batch_size: items per forward pass.
+        progress: show a tqdm bar on long work.
+
+    Returns:
+        ``(len(ids), provider.dim)`` float32, row ``i`` for ``ids[i]``.
+    """
+    if not isinstance(dataset, PairedDataset):
+        raise TypeError(f"dataset must be a PairedDataset, got {type(dataset).__name__}")
+    prov_mod = getattr(provider, "modality", None)
+    if prov_mod != modality:
+        raise ValueError(
+            f"provider {provider!r} encodes {prov_mod!r}, but modality={modality!r} was asked for"
+        )
+    rows = _rows(dataset, modality, ids)
+    col = "image_id" if modality == "image" else "text_id"
+    row_ids = rows[col].to_numpy(dtype=np.int64)
+    by_id = bool(getattr(provider, "lookup_by_id", False))
+    items: list[Any] = row_ids.tolist() if by_id else items_for(dataset, modality, rows)
+
+    def compute() -> np.ndarray:
+        out = provider.encode(items, batch_size=batch_size, progress=progress)
+        out = check_matrix(out, f"{type(provider).__name__}.encode output", min_rows=len(items))
+        if out.shape[0] != len(items):
+            raise ValueError(f"provider returned {out.shape[0]} rows for {len(items)} items")
+        return out
+
+    if cache_dir is None:
+        return compute()
+    n_total = len(dataset.images) if modality == "image" else len(dataset.texts)
+    key = CacheKey(
+        provider_id=str(provider.id)
+        + (f"@{provider.version}" if getattr(provider, "version", None) else ""),
+        dataset_id=dataset.name,
+        modality=modality,
+        split=_split_label(rows, n_total),
+        inputs_sha256=_inputs_hash(modality, row_ids, None if by_id else items),
+    )
+    return EmbeddingCache(cache_dir).get_or_compute(key, compute)
