@@ -32,25 +32,55 @@ __all__ = ["ASIF", "plan_chunks"]
 #: Working bytes per (query, column) entry of one step: the float32 similarity
 #: block, the float32 merged values, argpartition's int64 positions, masks.
 _BYTES_PER_ENTRY = 24
-#: Query rows per step we aim for when the budget allows (keeps the GEMM efficient).
-_TARGET_ROWS = 256
+#: Every similarity is computed by a GEMM of exactly this shape (queries x
+#: anchors), padding the last tiles. BLAS picks kernels and summation orders by
+#: shape, so fixed tiles make the float32 cosines (and hence the output)
+#: bit-identical whatever the memory budget; the budget only decides how many
+#: tiles one step groups.
+TILE_ROWS, TILE_COLS = 128, 1024
+
+
+def _ceil_to(x: int, step: int) -> int:
+    return -(-x // step) * step
 
 
 def plan_chunks(n_queries: int, n_anchors: int, k: int, max_memory_gb: float) -> tuple[int, int]:
     """``(query_rows, anchor_block)`` per step so one step fits ``max_memory_gb``.
 
     One step holds a ``rows x (k + block)`` working set of about
-    ``_BYTES_PER_ENTRY`` bytes per entry. The budget is a target: the smallest
-    step (one query row, one anchor block of ``k`` columns) is used even when it
-    exceeds a tiny budget.
+    ``_BYTES_PER_ENTRY`` bytes per entry; ``rows`` is a multiple of
+    ``TILE_ROWS`` and ``block`` of ``TILE_COLS``. The budget is a target: the
+    smallest step (one tile of each) is used even when it exceeds a tiny budget.
     """
     budget = max_memory_gb * 1024**3
-    rows_wanted = max(1, min(n_queries, _TARGET_ROWS))
+    max_rows = _ceil_to(max(n_queries, 1), TILE_ROWS)
+    max_block = _ceil_to(max(n_anchors, 1), TILE_COLS)
+    rows_wanted = min(max_rows, 2 * TILE_ROWS)
     block = int(budget // (_BYTES_PER_ENTRY * rows_wanted)) - k
-    block = max(1, min(n_anchors, block))
+    block = max(TILE_COLS, min(max_block, block // TILE_COLS * TILE_COLS))
     rows = int(budget // (_BYTES_PER_ENTRY * (k + block)))
-    rows = max(1, min(n_queries, rows))
+    rows = max(TILE_ROWS, min(max_rows, rows // TILE_ROWS * TILE_ROWS))
     return rows, block
+
+
+def _tiled_cosines(q: np.ndarray, anchors: np.ndarray, c0: int, c1: int) -> np.ndarray:
+    """``q @ anchors[c0:c1].T`` computed tile by tile with fixed GEMM shapes.
+
+    ``q`` has a multiple of ``TILE_ROWS`` rows; ``c0`` is a multiple of
+    ``TILE_COLS``. Columns past the last anchor are dropped.
+    """
+    out = np.empty((q.shape[0], c1 - c0), dtype=np.float32)
+    tile = np.empty((TILE_ROWS, TILE_COLS), dtype=np.float32)
+    for t0 in range(c0, c1, TILE_COLS):
+        At = anchors[t0 : t0 + TILE_COLS]
+        w = min(TILE_COLS, c1 - t0)
+        if len(At) < TILE_COLS:  # pad the last anchor tile with zero rows
+            At = np.vstack([At, np.zeros((TILE_COLS - len(At), At.shape[1]), At.dtype)])
+        AtT = At.T
+        for r0 in range(0, q.shape[0], TILE_ROWS):
+            np.matmul(q[r0 : r0 + TILE_ROWS], AtT, out=tile)
+            out[r0 : r0 + TILE_ROWS, t0 - c0 : t0 - c0 + w] = tile[:, :w]
+    return out
 
 
 def _topk_rows(vals: np.ndarray, ids: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
@@ -135,17 +165,17 @@ class ASIF(AlignmentBase):
 
     # ------------------------------------------------------------ transform
     def _relative_topk(self, V: np.ndarray, anchors: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Chunked top-k cosines ``(n, k)`` float64 and anchor ids ``(n, k)`` int64 (unordered)."""
+        """Chunked top-k cosines ``(n, k)`` float32 and anchor ids ``(n, k)`` int64 (unordered)."""
         from tqdm.auto import tqdm
 
         n, m, k = V.shape[0], anchors.shape[0], int(self.non_zeros)
-        Q64 = l2_normalize(V)
-        Q = Q64.astype(np.float32)
-        budget = float(self.max_memory_gb) * 1024**3
+        Q = l2_normalize(V).astype(np.float32)
+        # Zero rows pad the queries to whole tiles; their results are dropped.
+        Q = np.vstack([Q, np.zeros((_ceil_to(n, TILE_ROWS) - n, Q.shape[1]), np.float32)])
         rows, block = plan_chunks(n, m, k, float(self.max_memory_gb))
-        first = max(k, block)  # the first block must already hold k anchors
+        first = min(m, max(block, _ceil_to(k, TILE_COLS)))  # the first block holds >= k anchors
         starts = range(0, n, rows)
-        out_vals = np.empty((n, k), dtype=np.float64)
+        out_vals = np.empty((n, k), dtype=np.float32)
         out_ids = np.empty((n, k), dtype=np.int64)
         for r0 in tqdm(
             starts,
@@ -154,32 +184,19 @@ class ASIF(AlignmentBase):
             disable=not self.progress or len(starts) < 2,
         ):
             q = Q[r0 : r0 + rows]
-            blk = q @ anchors[:first].T
-            vals, ids = _topk_rows(blk, np.broadcast_to(np.arange(blk.shape[1]), blk.shape), k)
+            blk = _tiled_cosines(q, anchors, 0, first)
+            vals, ids = _topk_rows(blk, np.broadcast_to(np.arange(first), blk.shape), k)
             for b0 in range(first, m, block):
-                blk = q @ anchors[b0 : b0 + block].T
+                blk = _tiled_cosines(q, anchors, b0, min(m, b0 + block))
                 # Earlier candidates have lower anchor ids than this block, so
                 # the concatenation stays in id order for the tie rule.
                 merged_ids = np.concatenate(
                     [ids, np.broadcast_to(np.arange(b0, b0 + blk.shape[1]), blk.shape)], axis=1
                 )
                 vals, ids = _topk_rows(np.concatenate([vals, blk], axis=1), merged_ids, k)
-            out_ids[r0 : r0 + rows] = ids
-            # The float32 GEMM above only *selects* anchors: its rounding depends on
-            # the block shapes BLAS sees, i.e. on the memory budget. The kept
-            # cosines are recomputed per (row, anchor) in float64, which does not
-            # depend on chunking, so any budget gives bit-identical output.
-            sub = max(
-                1, int(budget // (k * anchors.shape[1] * 12))
-            )  # float32 gather + float64 copy
-            for s0 in range(0, q.shape[0], sub):
-                g = anchors[ids[s0 : s0 + sub]].astype(np.float64)
-                qq = Q64[r0 + s0 : r0 + min(s0 + sub, q.shape[0])]
-                # An elementwise product reduced along the contiguous last axis sums
-                # each (row, anchor) pair the same way whatever the chunk shape
-                # (einsum/BLAS pick kernels by shape).
-                g *= qq[:, None, :]
-                out_vals[r0 + s0 : r0 + s0 + g.shape[0]] = g.sum(axis=2)
+            take = min(rows, n - r0)
+            out_vals[r0 : r0 + take] = vals[:take]
+            out_ids[r0 : r0 + take] = ids[:take]
         return out_vals, out_ids
 
     def _relative(self, V: np.ndarray, anchors: np.ndarray) -> sp.csr_matrix:
@@ -188,7 +205,7 @@ class ASIF(AlignmentBase):
         order = np.argsort(out_ids, axis=1)
         out_ids = np.take_along_axis(out_ids, order, axis=1)
         out_vals = np.take_along_axis(out_vals, order, axis=1)
-        w = np.maximum(out_vals, 0.0) ** float(self.exponent)
+        w = np.maximum(out_vals.astype(np.float64), 0.0) ** float(self.exponent)
         w = l2_normalize(w).astype(np.float32)
         mat = sp.csr_matrix((w.ravel(), out_ids.ravel(), np.arange(0, n * k + 1, k)), shape=(n, m))
         mat.eliminate_zeros()  # clipped negatives carry no information
