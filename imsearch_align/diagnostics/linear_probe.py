@@ -1,0 +1,188 @@
+"""Linear probe on frozen image embeddings (CLIP_benchmark's ``linear_probe`` task, on CPU).
+
+A multinomial scikit-learn ``LogisticRegression`` (lbfgs) is fitted on frozen
+(by default L2-normalised) features. The inverse regularisation ``C`` is
+chosen on a validation split (the given one, or a seeded stratified
+``val_proportion`` of the training data), then the probe is refitted on
+train + val with that ``C`` and scored on the test split, as CLIP_benchmark
+does with its weight-decay sweep. ``fewshot_k`` keeps ``k`` seeded samples per
+class of the training data (validation drawn from them when not given).
+
+Reported: ``acc1``, ``acc5`` (nan with fewer than 5 classes) and
+``mean_per_class_recall`` (scikit-learn ``balanced_accuracy_score``).
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from imsearch_align.framework.validation import check_int, check_matrix
+
+__all__ = ["DEFAULT_CS", "LinearProbeResult", "linear_probe"]
+
+#: Candidate inverse regularisation strengths, swept on the validation split.
+DEFAULT_CS: tuple[float, ...] = (0.01, 0.1, 1.0, 10.0, 100.0)
+
+
+@dataclass(frozen=True)
+class LinearProbeResult:
+    """Test-split quality of the linear probe.
+
+    Attributes:
+        acc1: top-1 accuracy.
+        acc5: top-5 accuracy (nan with fewer than 5 classes).
+        mean_per_class_recall: mean over test classes of per-class recall.
+        C: the regularisation chosen on validation.
+        val_acc1: validation top-1 accuracy at that ``C``.
+        n_train, n_val, n_test: split sizes (after few-shot sampling).
+        fewshot_k: samples per class kept, or None for all.
+        normalized: whether features were L2-normalised.
+    """
+
+    acc1: float
+    acc5: float
+    mean_per_class_recall: float
+    C: float
+    val_acc1: float
+    n_train: int
+    n_val: int
+    n_test: int
+    fewshot_k: int | None
+    normalized: bool
+
+
+def _features(x: Any, name: str, normalize: bool, dim: int | None = None) -> np.ndarray:
+    m = check_matrix(x, name, dtype=np.float64, min_rows=1, dim=dim)
+    if normalize:
+        norms = np.linalg.norm(m, axis=1, keepdims=True)
+        m = m / np.where(norms == 0, 1.0, norms)
+    return m
+
+
+def _labels(y: Any, name: str, n: int) -> np.ndarray:
+    arr = np.asarray(y)
+    if arr.shape != (n,):
+        raise ValueError(f"{name} must have shape ({n},), got {arr.shape}")
+    return arr
+
+
+def _fewshot(y: np.ndarray, k: int, rng: np.random.Generator) -> np.ndarray:
+    keep = []
+    for c in np.unique(y):
+        idx = np.flatnonzero(y == c)
+        if len(idx) < k:
+            raise ValueError(
+                f"fewshot_k = {k} but class {c!r} has only {len(idx)} training samples"
+            )
+        keep.append(rng.choice(idx, k, replace=False))
+    return np.sort(np.concatenate(keep))
+
+
+def linear_probe(
+    train_x: Any,
+    train_y: Any,
+    test_x: Any,
+    test_y: Any,
+    *,
+    val_x: Any = None,
+    val_y: Any = None,
+    seed: int,
+    fewshot_k: int | None = None,
+    val_proportion: float = 0.2,
+    Cs: Sequence[float] = DEFAULT_CS,
+    normalize: bool = True,
+    max_iter: int = 1000,
+) -> LinearProbeResult:
+    """Fit a logistic-regression probe, choose ``C`` on validation, score on test.
+
+    Raises:
+        ValueError: fewer than two classes in the training labels, a class
+            with fewer than ``fewshot_k`` samples, bad shapes or parameters.
+    """
+    from sklearn.linear_model import LogisticRegression
+    from sklearn.metrics import balanced_accuracy_score
+    from sklearn.model_selection import train_test_split
+
+    Xtr = _features(train_x, "train_x", normalize)
+    d = Xtr.shape[1]
+    ytr = _labels(train_y, "train_y", len(Xtr))
+    Xte = _features(test_x, "test_x", normalize, dim=d)
+    yte = _labels(test_y, "test_y", len(Xte))
+    classes = np.unique(ytr)
+    if len(classes) < 2:
+        raise ValueError(
+            f"train_y must contain at least 2 classes, got a single class {classes.tolist()}"
+        )
+    if not Cs or any(not (c > 0) for c in Cs):
+        raise ValueError(f"Cs must be a non-empty sequence of positive numbers, got {Cs!r}")
+    if (val_x is None) != (val_y is None):
+        raise ValueError("val_x and val_y must be given together")
+    rng = np.random.default_rng(seed)
+    if fewshot_k is not None:
+        k = check_int(fewshot_k, "fewshot_k", low=1)
+        keep = _fewshot(ytr, k, rng)
+        Xtr, ytr = Xtr[keep], ytr[keep]
+    if val_x is None:
+        if not 0.0 < val_proportion < 1.0:
+            raise ValueError(f"val_proportion must be in (0, 1), got {val_proportion!r}")
+        _, counts = np.unique(ytr, return_counts=True)
+        # Stratify when every class can give one sample to each side.
+        strat = ytr if counts.min() >= 2 else None
+        n_val = max(len(classes), round(val_proportion * len(ytr))) if strat is not None else None
+        Xtr, Xva, ytr, yva = train_test_split(
+            Xtr,
+            ytr,
+            test_size=n_val if n_val is not None else val_proportion,
+            random_state=int(rng.integers(2**31 - 1)),
+            stratify=strat,
+        )
+    else:
+        Xva = _features(val_x, "val_x", normalize, dim=d)
+        yva = _labels(val_y, "val_y", len(Xva))
+    if len(np.unique(ytr)) < 2:
+        raise ValueError("the training split holds a single class after the validation split")
+
+    def fit(X: np.ndarray, y: np.ndarray, C: float) -> Any:
+        clf = LogisticRegression(C=C, max_iter=max_iter)
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message=".*converge.*")
+            return clf.fit(X, y)
+
+    # Ascending C: on equal validation accuracy the stronger regularisation wins.
+    best_c, best_acc = None, -1.0
+    for C in sorted(float(c) for c in Cs):
+        acc = float(np.mean(fit(Xtr, ytr, C).predict(Xva) == yva))
+        if acc > best_acc:
+            best_c, best_acc = C, acc
+    clf = fit(np.vstack([Xtr, Xva]), np.concatenate([ytr, yva]), best_c)
+    proba = clf.predict_proba(Xte)
+    rank = np.argsort(-proba, axis=1, kind="stable")
+    pred = clf.classes_[rank[:, 0]]
+    acc1 = float(np.mean(pred == yte))
+    n_cls = len(clf.classes_)
+    acc5 = (
+        float(np.mean((clf.classes_[rank[:, :5]] == yte[:, None]).any(axis=1)))
+        if n_cls >= 5
+        else float("nan")
+    )
+    with warnings.catch_warnings():
+        # A class predicted but absent from the test labels is not an error here.
+        warnings.simplefilter("ignore", UserWarning)
+        mpcr = float(balanced_accuracy_score(yte, pred))
+    return LinearProbeResult(
+        acc1=acc1,
+        acc5=acc5,
+        mean_per_class_recall=mpcr,
+        C=float(best_c),
+        val_acc1=best_acc,
+        n_train=len(ytr),
+        n_val=len(yva),
+        n_test=len(yte),
+        fewshot_k=None if fewshot_k is None else int(fewshot_k),
+        normalized=normalize,
+    )
