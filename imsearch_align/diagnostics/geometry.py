@@ -168,7 +168,9 @@ def alignment(image_emb: Any, text_emb: Any, *, alpha: float = 2.0) -> float:
         raise ValueError(f"alpha must be > 0, got {alpha!r}")
     x, y = _pair(image_emb, text_emb, allow_sparse=True)
     if is_sparse(x) or is_sparse(y):
-        diff = x - y
+        import scipy.sparse as sp
+
+        diff = sp.csr_matrix(x) - sp.csr_matrix(y)
         sq = np.asarray(diff.multiply(diff).sum(axis=1), dtype=np.float64).ravel()
     else:
         diff = x.astype(np.float64) - y.astype(np.float64)
@@ -599,18 +601,23 @@ class EntropyResult:
     n_duplicates: int
 
 
-def _kth_angles(u: np.ndarray, cand: np.ndarray, k: int) -> np.ndarray:
-    """Exact float64 geodesic angle from each row to its k-th nearest candidate."""
+def _kth_angles(u: np.ndarray, cand: np.ndarray, k: int) -> tuple[np.ndarray, bool]:
+    """Exact float64 geodesic angle from each row to its k-th nearest candidate.
+
+    Also says whether some row has a neighbour at distance exactly 0 (a duplicate).
+    """
     u64 = u.astype(np.float64, copy=False)
     out = np.empty(len(u64))
+    dup = False
     step = max(1, (1 << 24) // (cand.shape[1] * u64.shape[1]))
     for a in range(0, len(u64), step):
         c = cand[a : a + step]
         diff = u64[a : a + step, None, :] - u64[c]
         chord = np.sqrt(np.einsum("ijk,ijk->ij", diff, diff))
+        dup = dup or bool((chord == 0.0).any())
         out[a : a + step] = np.partition(chord, k - 1, axis=1)[:, k - 1]
     # theta = 2 arcsin(chord / 2) is exact where arccos(dot) loses digits.
-    return 2.0 * np.arcsin(np.minimum(out / 2.0, 1.0))
+    return 2.0 * np.arcsin(np.minimum(out / 2.0, 1.0)), dup
 
 
 def spherical_knn_entropy(
@@ -634,8 +641,8 @@ def spherical_knn_entropy(
     if n0 < k + 1:
         raise ValueError(f"u must have at least k + 1 = {k + 1} points for k = {k}, got {n0}")
     n_dup = 0
-    angles = _knn_angles(uu, k, chunk_size, progress)
-    if np.any(angles == 0.0):
+    angles, dup = _knn_angles(uu, k, chunk_size, progress)
+    if dup:
         uu = np.unique(uu, axis=0)
         n_dup = n0 - uu.shape[0]
         if uu.shape[0] < k + 1:
@@ -643,14 +650,16 @@ def spherical_knn_entropy(
                 f"u must have at least k + 1 = {k + 1} distinct points for k = {k}, "
                 f"got {uu.shape[0]} after removing {n_dup} duplicates"
             )
-        angles = _knn_angles(uu, k, chunk_size, progress)
+        angles, _ = _knn_angles(uu, k, chunk_size, progress)
     n, d = uu.shape
     h = float(digamma(n) - digamma(k) + np.mean(log_cap_area(angles, d)))
     ls = log_sphere_area(d)
     return EntropyResult(h, ls, h - ls, n, k, d, n_dup)
 
 
-def _knn_angles(u: np.ndarray, k: int, chunk_size: int | None, progress: bool) -> np.ndarray:
+def _knn_angles(
+    u: np.ndarray, k: int, chunk_size: int | None, progress: bool
+) -> tuple[np.ndarray, bool]:
     m = min(k + _EXTRA_CANDIDATES, u.shape[0] - 1)
     _, cand = _self_scan(u, t=None, n_neighbors=m, chunk_size=chunk_size, progress=progress)
     return _kth_angles(u, cand, k)
@@ -753,8 +762,8 @@ def diagnose(
         )
         out[f"uniformity_{name}"] = lse[name] - _log_n_pairs(n)
         if want_knn:
-            angles = _kth_angles(u, cand, k)
-            if np.any(angles == 0.0):  # duplicates: the estimator dedups and rescans
+            angles, dup = _kth_angles(u, cand, k)
+            if dup:  # duplicates: the estimator removes them and rescans
                 e = spherical_knn_entropy(u, k=k, chunk_size=chunk_size)
             else:
                 h = float(digamma(n) - digamma(k) + np.mean(log_cap_area(angles, d)))
