@@ -1,0 +1,101 @@
+"""Precomputed embeddings: .npy, .parquet, .safetensors, pickles only on opt-in, Hub offline."""
+
+from __future__ import annotations
+
+import pickle
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+from safetensors.numpy import save_file
+
+from imsearch_align import DATASETS
+from imsearch_align.datasets import HubUnreachableError
+from imsearch_align.datasets.precomputed import load_precomputed, read_embeddings
+
+rng = np.random.default_rng(0)
+X = rng.normal(size=(6, 4)).astype(np.float32)
+Y = rng.normal(size=(12, 3)).astype(np.float32)
+
+
+def _write(fmt: str, path: Path, arr: np.ndarray) -> Path:
+    if fmt == "npy":
+        np.save(path.with_suffix(".npy"), arr)
+    elif fmt == "parquet":
+        pd.DataFrame({"id": np.arange(len(arr)), "embedding": list(arr)}).to_parquet(
+            path.with_suffix(".parquet")
+        )
+    elif fmt == "parquet-wide":
+        pd.DataFrame(arr, columns=[f"d{i}" for i in range(arr.shape[1])]).to_parquet(
+            path.with_suffix(".parquet")
+        )
+        return path.with_suffix(".parquet")
+    elif fmt == "safetensors":
+        save_file(
+            {"embeddings": arr, "ids": np.arange(len(arr))}, str(path.with_suffix(".safetensors"))
+        )
+    return path.with_suffix("." + fmt)
+
+
+@pytest.mark.parametrize("fmt", ["npy", "parquet", "parquet-wide", "safetensors"])
+def test_formats_round_trip_and_pair_two_captions_per_image(tmp_path: Path, fmt: str) -> None:
+    ip, tp = _write(fmt, tmp_path / "img", X), _write(fmt, tmp_path / "txt", Y)
+    ds, pimg, ptxt = DATASETS.get("precomputed")(ip, tp, test_fraction=0.5, seed=0)
+    assert ds.texts["image_id"].tolist() == np.repeat(np.arange(6), 2).tolist()
+    np.testing.assert_array_equal(pimg.encode(np.arange(6)), X)
+    np.testing.assert_array_equal(ptxt.encode(np.arange(12)), Y)
+    assert ds.name == "img"
+
+
+def test_three_d_text_array(tmp_path: Path) -> None:
+    np.save(tmp_path / "i.npy", X)
+    np.save(tmp_path / "t.npy", Y.reshape(6, 2, 3))
+    ds, _, ptxt = load_precomputed(tmp_path / "i.npy", tmp_path / "t.npy")
+    np.testing.assert_array_equal(ptxt.encode([3]), Y[3:4])
+    assert ds.texts["image_id"].tolist()[:4] == [0, 0, 1, 1]
+
+
+def test_pickle_needs_explicit_opt_in(tmp_path: Path) -> None:
+    for name, obj in (("i.pkl", X), ("t.pkl", {"embeddings": Y})):
+        with (tmp_path / name).open("wb") as fh:
+            pickle.dump(obj, fh)
+    with pytest.raises(
+        ValueError, match=r"refusing to load .*i\.pkl.*runs arbitrary code.*allow_pickle=True"
+    ):
+        load_precomputed(tmp_path / "i.pkl", tmp_path / "t.pkl")
+    _, pimg, ptxt = load_precomputed(tmp_path / "i.pkl", tmp_path / "t.pkl", allow_pickle=True)
+    np.testing.assert_array_equal(pimg.encode(np.arange(6)), X)
+    np.testing.assert_array_equal(ptxt.encode(np.arange(12)), Y)
+    # An object .npy is a pickle in disguise: refused too.
+    np.save(tmp_path / "o.npy", np.array([{"a": 1}], dtype=object), allow_pickle=True)
+    with pytest.raises(ValueError, match="runs arbitrary code"):
+        read_embeddings(tmp_path / "o.npy")
+
+
+def test_bad_files(tmp_path: Path) -> None:
+    with pytest.raises(FileNotFoundError, match=r"does not exist; expected a \.npy"):
+        read_embeddings(tmp_path / "nope.npy")
+    (tmp_path / "x.csv").write_text("1,2")
+    with pytest.raises(ValueError, match="unsupported embeddings file"):
+        read_embeddings(tmp_path / "x.csv")
+    np.save(tmp_path / "i.npy", X)
+    np.save(tmp_path / "t.npy", Y[:7])
+    with pytest.raises(ValueError, match="cannot pair 7 text rows with 6 image rows"):
+        load_precomputed(tmp_path / "i.npy", tmp_path / "t.npy")
+
+
+def test_hub_repo_offline(monkeypatch: pytest.MonkeyPatch) -> None:
+    import huggingface_hub
+
+    def offline(**kw):
+        raise huggingface_hub.errors.LocalEntryNotFoundError("offline")
+
+    monkeypatch.setattr(huggingface_hub, "hf_hub_download", offline)
+    with pytest.raises(HubUnreachableError, match=r"(?s)ridalefdali/flickr30k_embeddings.*local"):
+        load_precomputed(
+            "flickr30k_dinov2_dinov2-large_image_embeddings.pkl",
+            "flickr30k_gtr_t5_gtr-t5-xl_text_embeddings.pkl",
+            repo_id="ridalefdali/flickr30k_embeddings",
+            allow_pickle=True,
+        )
