@@ -54,8 +54,9 @@ def items_for(dataset: PairedDataset, modality: str, rows: pd.DataFrame) -> list
             )
         return caps
     if "bytes" in rows.columns and "path" in rows.columns:
+        # Mixed sources (e.g. a Hub dataset): bytes where present, else the path.
         return [
-            b if b is not None and not (isinstance(b, float)) else p
+            b if isinstance(b, bytes | bytearray) else p
             for b, p in zip(rows["bytes"], rows["path"])
         ]
     for col in ("path", "bytes"):
@@ -121,6 +122,8 @@ def embed(
     """
     if not isinstance(dataset, PairedDataset):
         raise TypeError(f"dataset must be a PairedDataset, got {type(dataset).__name__}")
+    if modality not in ("image", "text"):
+        raise ValueError(f"modality must be 'image' or 'text', got {modality!r}")
     prov_mod = getattr(provider, "modality", None)
     if prov_mod != modality:
         raise ValueError(

@@ -1,0 +1,78 @@
+"""Encoder plumbing without torch: registry, precomputed provider, image loading, errors."""
+
+from __future__ import annotations
+
+import io
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from imsearch_align import ENCODERS, EmbeddingProvider
+from imsearch_align.adapters.encoders import (
+    BadImageError,
+    ModelNotFoundError,
+    PrecomputedEmbeddings,
+)
+from imsearch_align.adapters.encoders._common import l2_normalize, load_image, model_not_found
+
+
+def test_registry_names_and_import_is_light() -> None:
+    assert ENCODERS.names() == [
+        "clip",
+        "efficientnet-lite0",
+        "hf-image",
+        "precomputed",
+        "sentence-transformers",
+    ]
+    code = "import sys, imsearch_align; from imsearch_align import ENCODERS; ENCODERS.names(); print('torch' in sys.modules or 'transformers' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"
+
+
+def test_precomputed_provider_looks_up_by_id() -> None:
+    X = np.arange(12, dtype=np.float32).reshape(4, 3)
+    p = ENCODERS.get("precomputed")([10, 20, 30, 40], X, modality="image", name="x")
+    assert isinstance(p, EmbeddingProvider) and p.dim == 3
+    np.testing.assert_array_equal(p.encode([30, 10]), X[[2, 0]])
+    with pytest.raises(KeyError, match=r"1 requested id\(s\) have no embedding, e.g. \[5\]"):
+        p.encode([5])
+    q = PrecomputedEmbeddings([10, 20, 30, 40], X + 1, modality="image", name="x")
+    assert p.id != q.id  # different vectors, different cache key
+    n = PrecomputedEmbeddings([1, 2, 3, 4], X, modality="text", normalize=True)
+    np.testing.assert_allclose(np.linalg.norm(n.encode([2, 3]), axis=1), 1.0, rtol=1e-6)
+    with pytest.raises(ValueError, match="modality must be"):
+        PrecomputedEmbeddings([1], X[:1], modality="audio")
+
+
+def test_load_image_accepts_path_bytes_pil_array_and_names_bad_files(tmp_path) -> None:
+    im = Image.new("RGBA", (5, 4), (1, 2, 3, 255))
+    im.save(tmp_path / "a.png")
+    buf = io.BytesIO()
+    im.save(buf, format="PNG")
+    for item in (tmp_path / "a.png", str(tmp_path / "a.png"), buf.getvalue(), im, np.asarray(im)):
+        out = load_image(item)
+        assert out.mode == "RGB" and out.size == (5, 4) and out.getpixel((0, 0)) == (1, 2, 3)
+    (tmp_path / "bad.jpg").write_bytes(b"garbage")
+    with pytest.raises(BadImageError, match=r"bad\.jpg"):
+        load_image(tmp_path / "bad.jpg")
+    with pytest.raises(BadImageError, match="does not exist"):
+        load_image(tmp_path / "missing.jpg")
+
+
+def test_unknown_model_did_you_mean_and_offline_hint() -> None:
+    err = model_not_found("all-MiniLM-L6", {"all-MiniLM-L6-v2": lambda: None}, OSError("not found"))
+    assert isinstance(err, ModelNotFoundError)
+    msg = str(err)
+    assert (
+        "Did you mean 'all-MiniLM-L6-v2'?" in msg
+        and "local model folder" in msg
+        and "precomputed" in msg
+    )
+
+
+def test_l2_normalize_keeps_zero_rows() -> None:
+    out = l2_normalize(np.array([[3.0, 4.0], [0.0, 0.0]]))
+    np.testing.assert_allclose(out, [[0.6, 0.8], [0.0, 0.0]])
