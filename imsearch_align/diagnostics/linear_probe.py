@@ -77,7 +77,7 @@ def _fewshot(y: np.ndarray, k: int, rng: np.random.Generator) -> np.ndarray:
         idx = np.flatnonzero(y == c)
         if len(idx) < k:
             raise ValueError(
-                f"fewshot_k = {k} but class {c!r} has only {len(idx)} training samples"
+                f"fewshot_k = {k} but class {c.item()!r} has only {len(idx)} training samples"
             )
         keep.append(rng.choice(idx, k, replace=False))
     return np.sort(np.concatenate(keep))
