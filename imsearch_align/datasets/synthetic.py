@@ -15,12 +15,14 @@ around the same latent.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
+from imsearch_align.framework.registry import DATASETS
 from imsearch_align.framework.validation import check_int
 
-__all__ = ["SyntheticPairs", "make_synthetic_pairs"]
+__all__ = ["SyntheticPairs", "load_synthetic", "make_synthetic_pairs"]
 
 
 @dataclass(frozen=True)
@@ -141,4 +143,40 @@ def make_synthetic_pairs(
         text_emb=text.astype(np.float32),
         text_image=text_image,
         image_labels=labels,
+    )
+
+
+@DATASETS.register("synthetic")
+def load_synthetic(
+    n_images: int = 1000,
+    *,
+    test_fraction: float = 0.3,
+    split_seed: int = 0,
+    **kwargs: Any,
+):
+    """The synthetic pairs as a dataset with its own precomputed encoders.
+
+    ``kwargs`` go to :func:`make_synthetic_pairs`; the images are split into
+    support (``train``) and ``test`` by a seeded ratio, all captions of an
+    image on its side. Returns ``EmbeddedDataset(dataset, image, text)``, so
+    an experiment needs no encoder (``image_encoder=None``,
+    ``text_encoder=None``).
+    """
+    from imsearch_align.datasets.base import PairedDataset
+
+    pairs = make_synthetic_pairs(n_images, **kwargs)
+    class_names = (
+        tuple(f"class {c}" for c in range(int(pairs.image_labels.max()) + 1))
+        if pairs.image_labels is not None
+        else None
+    )
+    return PairedDataset.from_arrays(
+        pairs.image_emb,
+        pairs.text_emb,
+        pairs.text_image,
+        pairs.image_labels,
+        name=f"synthetic-{n_images}-{kwargs.get('seed', 0)}",
+        test_fraction=test_fraction,
+        seed=split_seed,
+        class_names=class_names,
     )

@@ -34,7 +34,10 @@ from imsearch_align.framework.registry import METHODS
 from imsearch_align.framework.validation import check_int
 from imsearch_align.methods.base import AlignmentBase, l2_normalize
 
-__all__ = ["CSA", "MIN_EPS_RANK_DEFICIENT"]
+__all__ = ["CSA", "DEFAULT_SIM_DIM", "MIN_EPS_RANK_DEFICIENT"]
+
+#: Components kept when ``sim_dim`` is not given (capped by the data's rank).
+DEFAULT_SIM_DIM = 256
 
 #: With fewer support pairs than dimensions, the support covariance is
 #: singular and the whitening divides by (near) zero. We then require a ridge
@@ -83,7 +86,8 @@ class CSA(AlignmentBase):
     Args:
         sim_dim: number of canonical components kept, both the CCA rank and
             the similarity's dimensions ``s``. Must be in
-            ``[1, min(d_image, d_text, N - 1)]``.
+            ``[1, min(d_image, d_text, N - 1)]``; ``None`` (default) takes
+            ``min(256, d_image, d_text, N - 1)``, resolved at fit as ``sim_dim_``.
         eps: ridge added to each side's covariance, relative to its mean
             variance (``lam = eps * trace(K)/d``). The default only guards
             against round-off. With ``N <= max(d_image, d_text)`` support pairs
@@ -99,12 +103,13 @@ class CSA(AlignmentBase):
         weights_image_, weights_text_: ``(d, sim_dim)`` canonical weights,
             ``W' K W = I`` on the support.
         canonical_correlations_: ``(sim_dim,)`` correlations, descending.
+        sim_dim_: the number of components actually used.
         rho_: the weights used in the score (``canonical_correlations_`` or ones).
     """
 
     def __init__(
         self,
-        sim_dim: int = 256,
+        sim_dim: int | None = None,
         *,
         eps: float = 1e-8,
         equal_weights: bool = False,
@@ -144,7 +149,7 @@ class CSA(AlignmentBase):
         high = min(dx, dy, n - 1)
         if high < 1:
             raise ValueError(f"CSA needs at least 2 support pairs, got {n}")
-        sim_dim = check_int(self.sim_dim, "sim_dim")
+        sim_dim = min(DEFAULT_SIM_DIM, high) if self.sim_dim is None else check_int(self.sim_dim, "sim_dim")
         if not 1 <= sim_dim <= high:
             hint = ""
             if high == n - 1 and n - 1 < min(dx, dy):
@@ -153,9 +158,10 @@ class CSA(AlignmentBase):
                 f"sim_dim must be in [1, {high}] (min(d_image, d_text, N - 1) with "
                 f"d_image={dx}, d_text={dy}, N={n}), got {sim_dim}{hint}"
             )
+        self.sim_dim_ = sim_dim
 
     def _fit(self, X: np.ndarray, Y: np.ndarray) -> None:
-        r = int(self.sim_dim)
+        r = self.sim_dim_
         mu_x, mu_y = X.mean(axis=0), Y.mean(axis=0)
         if self.backend == "numpy":
             Wx, Wy, rho = self._fit_numpy(X - mu_x, Y - mu_y, r)
@@ -218,7 +224,7 @@ class CSA(AlignmentBase):
         return Wx, Wy, rho
 
     def _output_dim(self) -> int:
-        return int(self.sim_dim)
+        return int(self.sim_dim_)
 
     # ------------------------------------------------------------ transform
     def _index_vectors(self, V: np.ndarray, mu: np.ndarray, W: np.ndarray) -> np.ndarray:
