@@ -107,8 +107,7 @@ class SentenceTransformerEncoder:
     def id(self) -> str:
         """Provider, model and version (loads the model to fingerprint it)."""
         self._load()
-        assert self._id is not None  # set by _load; not user input
-        return self._id
+        return str(self._id)
 
     @property
     def dim(self) -> int:
