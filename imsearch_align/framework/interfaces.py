@@ -144,7 +144,8 @@ class VectorStoreAdapter(Protocol):
     (scipy CSR in, sparse dot product out).
     """
 
-    #: Whether the store indexes sparse vectors natively.
+    #: Whether the store accepts sparse collections (natively, or by
+    #: densifying them as FaissStore does within a memory budget).
     supports_sparse: bool
 
     def create_collection(

@@ -48,6 +48,7 @@ class Registry:
         self._entries: dict[str, Any] = {}
         self._builtin_modules = builtin_modules
         self._loaded = False
+        self._failed: dict[str, str] = {}
 
     def register(self, name: str) -> Callable[[T], T]:
         """Decorator that registers ``obj`` under ``name``; a duplicate raises."""
@@ -69,7 +70,12 @@ class Registry:
             return
         self._loaded = True
         for mod in self._builtin_modules:
-            importlib.import_module(mod)
+            try:
+                importlib.import_module(mod)
+            except ImportError as exc:
+                # One broken plug-in module must not hide the others; its
+                # error is shown when a name is not found.
+                self._failed[mod] = f"{type(exc).__name__}: {exc}"
 
     def get(self, name: str) -> Any:
         """The factory registered as ``name``; unknown names raise with a hint."""
@@ -80,8 +86,9 @@ class Registry:
             valid = sorted(self._entries)
             close = difflib.get_close_matches(str(name), valid, n=3, cutoff=0.5)
             hint = f" Did you mean {', '.join(repr(c) for c in close)}?" if close else ""
+            broken = "".join(f"; module {m} failed to import ({e})" for m, e in self._failed.items())
             raise UnknownNameError(
-                f"unknown {self.kind} {name!r}.{hint} Valid names: {', '.join(valid) or '(none)'}"
+                f"unknown {self.kind} {name!r}.{hint} Valid names: {', '.join(valid) or '(none)'}{broken}"
             ) from None
 
     def names(self) -> list[str]:

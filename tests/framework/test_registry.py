@@ -55,3 +55,16 @@ def test_empty_name_rejected():
     with pytest.raises(ValueError, match="name must be a non-empty string"):
         Registry("x").register("")
 
+
+
+def test_a_broken_plugin_module_does_not_hide_the_others(tmp_path, monkeypatch):
+    import sys
+    import types
+
+    reg = Registry("store", builtin_modules=("good_plugin_mod", "missing_plugin_mod"))
+    monkeypatch.setitem(sys.modules, "_registry_holder2", types.SimpleNamespace(REG=reg))
+    (tmp_path / "good_plugin_mod.py").write_text("from _registry_holder2 import REG\nREG.register('ok')(int)\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    assert reg.names() == ["ok"]
+    with pytest.raises(KeyError, match="module missing_plugin_mod failed to import"):
+        reg.get("nope")
