@@ -1096,7 +1096,10 @@ def cmd_doctor(args: argparse.Namespace) -> int:
         print(f"GEMM float32 {n}x{n} (GFLOP/s, best of 3):")
         probes = gemm_probes(n)
         for lib, v in probes.items():
-            print(f"  {lib:<7}" + (f"{v:8.1f}" if isinstance(v, float) else f"  unavailable ({v})"))
+            print(
+                f"  {lib:<7}"
+                + (f"{v:8.1f} GFLOP/s" if isinstance(v, float) else f"  unavailable ({v})")
+            )
         npv, fv = probes.get("numpy"), probes.get("faiss")
         if isinstance(npv, float) and isinstance(fv, float) and fv < 0.3 * npv:
             _warn(
