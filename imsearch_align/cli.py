@@ -813,18 +813,9 @@ def cmd_plot(args: argparse.Namespace) -> int:
 
 
 def _provider(name: str, params: dict[str, Any], modality: str) -> Any:
-    import inspect
+    from imsearch_align.experiment import make_encoder
 
-    from imsearch_align.framework.registry import ENCODERS
-
-    factory = ENCODERS.get(name)
-    kw = dict(params)
-    try:  # one class may serve both modalities (clip)
-        if "modality" in inspect.signature(factory).parameters:
-            kw.setdefault("modality", modality)
-    except (TypeError, ValueError):
-        pass
-    return factory(**kw)
+    return make_encoder(name, modality, params)
 
 
 def cmd_embed(args: argparse.Namespace) -> int:

@@ -30,13 +30,14 @@ import numpy as np
 import pandas as pd
 
 from imsearch_align.framework.evaluator import BenchmarkEvaluator, BenchmarkResult
-from imsearch_align.framework.metrics import Qrels, parse_measure
+from imsearch_align.framework.metrics import Qrels
 from imsearch_align.framework.registry import DATASETS, ENCODERS, METHODS, STORES
 from imsearch_align.framework.validation import check_int, is_sparse
 
 __all__ = [
     "DEFAULT_OUTPUT_TEMPLATE",
     "ExperimentConfig",
+    "make_encoder",
     "run_experiment",
     "sweep",
 ]
@@ -233,9 +234,9 @@ def load_dataset(config: ExperimentConfig):
     loaded = DATASETS.get(config.dataset)(**config.dataset_params)
     ds, img_p, txt_p = _unpack(loaded)
     if config.image_encoder is not None:
-        img_p = ENCODERS.get(config.image_encoder)(**_encoder_kwargs(config.image_encoder, "image", config.image_encoder_params))
+        img_p = make_encoder(config.image_encoder, "image", config.image_encoder_params)
     if config.text_encoder is not None:
-        txt_p = ENCODERS.get(config.text_encoder)(**_encoder_kwargs(config.text_encoder, "text", config.text_encoder_params))
+        txt_p = make_encoder(config.text_encoder, "text", config.text_encoder_params)
     if img_p is None or txt_p is None:
         side = "image_encoder" if img_p is None else "text_encoder"
         raise ValueError(
@@ -251,11 +252,19 @@ def _unpack(loaded: Any):
     return loaded, None, None
 
 
-def _encoder_kwargs(name: str, modality: str, params: Mapping[str, Any]) -> dict[str, Any]:
-    kw = dict(params)
-    if name == "clip":  # one class serves both modalities
-        kw.setdefault("modality", modality)
-    return kw
+def make_encoder(name: str, modality: str, params: Mapping[str, Any] | None = None) -> Any:
+    """Build encoder ``name`` for ``modality``: a class that serves both
+    modalities (CLIP) takes ``modality`` as a keyword argument."""
+    import inspect
+
+    factory = ENCODERS.get(name)
+    kw = dict(params or {})
+    try:
+        if "modality" in inspect.signature(factory).parameters:
+            kw.setdefault("modality", modality)
+    except (TypeError, ValueError):  # builtins without a signature
+        pass
+    return factory(**kw)
 
 
 def _support_pairs(ds, n: int | None, seed: int) -> tuple[np.ndarray, np.ndarray]:
@@ -395,10 +404,21 @@ def run_experiment(
     out_path = out_dir / config.output_name(output_template) if out_dir is not None else None
     if out_path is not None:
         if skip_existing and out_path.exists():
-            log.info("skipping %s: result exists", out_path)
-            res = json.loads(out_path.read_text())
-            res["skipped"] = True
-            return res
+            try:
+                res = json.loads(out_path.read_text())
+            except (OSError, ValueError) as exc:  # a torn file is redone
+                log.warning("existing result %s unreadable (%s); running again", out_path, exc)
+                res = None
+            if res is not None and res.get("key") == config.key():
+                log.info("skipping %s: result exists", out_path)
+                res["skipped"] = True
+                return res
+            if res is not None:
+                log.warning(
+                    "%s holds another experiment (key %s, this one %s); it is overwritten. "
+                    "Add {key} to the output template to keep both.",
+                    out_path, res.get("key"), config.key(),
+                )
         _check_writable(out_dir)
     # Fail fast on unknown names, before any loading or encoding.
     METHODS.get(config.method)
@@ -594,7 +614,7 @@ def _fidelity(store, collection, docs, doc_ids, queries, k, sparse) -> dict[str,
     want = exact.search("oracle", queries, k)
     rec = ann_recall(got, want, k)
     per_query = rec[0] if isinstance(rec, tuple) else np.asarray(getattr(rec, "per_query", rec))
-    return {f"ann_recall@{k}": float(np.mean(per_query)), "min": float(np.min(per_query))}
+    return {f"ann_recall@{k}": float(np.mean(per_query)), f"ann_recall_min@{k}": float(np.min(per_query))}
 
 
 def _record(result: dict[str, Any], name: str, res: BenchmarkResult, info: dict[str, Any]) -> None:
