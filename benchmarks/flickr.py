@@ -1,0 +1,230 @@
+"""The Flickr30k study: training-free alignment methods x support size x store.
+
+    python benchmarks/flickr.py                          # Hub data (nlphuji/flickr30k), when online
+    python benchmarks/flickr.py --data ~/data/flickr30k  # a local folder (results.csv, captions.txt
+                                                         #   or Karpathy's dataset_flickr30k.json)
+    python benchmarks/flickr.py --embeddings DIR         # precomputed image.npy / text.npy (+ text_image.npy)
+    python benchmarks/flickr.py --shapes 600 --quick     # offline: rendered shapes in the Flickr30k layout
+    python benchmarks/flickr.py --stores faiss milvus --uri http://127.0.0.1:19530
+
+Methods csa, asif, cka, procrustes (and a jointly trained CLIP baseline with
+``--clip MODEL`` when that model is available) x N support pairs in
+{1k, 5k, 10k, 29k} x stores faiss (default), milvus-lite (embedded), or
+milvus (a server at ``--uri``). Prints the table, writes one result JSON per
+cell, a CSV + Markdown leaderboard and the learning-curve PNG into ``--out``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from imsearch_align.experiment import ExperimentConfig, make_encoder, run_experiment
+
+DEFAULT_IMAGE_ENCODER = ("hf-image", {"model": "facebook/dinov2-base"})
+DEFAULT_TEXT_ENCODER = ("sentence-transformers", {"model": "sentence-transformers/all-MiniLM-L6-v2"})
+OFFLINE_IMAGE_ENCODER = ("efficientnet-lite0", {})
+OFFLINE_TEXT_ENCODER = ("sentence-transformers", {"model": "all-MiniLM-L6-v2"})
+FULL_N = (1000, 5000, 10000, 29000)
+QUICK_N = (250, 1000)
+
+
+def method_params(method: str, n: int, dims: tuple[int, int]) -> dict[str, Any]:
+    """Method parameters valid at every N of the sweep (``n`` = its smallest N),
+    the same for the whole sweep so a learning curve varies N alone.
+
+    CSA needs a ridge when N does not exceed the dimensions (ridge CCA);
+    ASIF keeps at most N anchors non-zero.
+    """
+    if method == "csa":
+        return {"eps": 1e-3} if n - 1 <= max(dims) else {}
+    if method == "asif":
+        return {"non_zeros": min(800, n)}
+    return {}
+
+
+def store_spec(store: str, out: Path, uri: str | None) -> tuple[str, dict[str, Any]]:
+    """Registry name and parameters of a store choice on the command line."""
+    if store == "faiss":
+        return "faiss", {}
+    if store == "exact":
+        return "exact", {}
+    if store == "milvus-lite":
+        return "milvus", {"uri": str(out / "milvus_lite.db")}
+    if store == "milvus":
+        if not uri:
+            raise SystemExit("--stores milvus needs --uri http://HOST:PORT (a running Milvus server)")
+        return "milvus", {"uri": uri}
+    raise SystemExit(f"--stores: unknown store {store!r}; choose from faiss, exact, milvus-lite, milvus")
+
+
+def dataset_spec(args: argparse.Namespace) -> tuple[str, dict[str, Any], bool]:
+    """(DATASETS name, params, offline?) from --data / --embeddings / --shapes."""
+    if args.embeddings:
+        d = Path(args.embeddings)
+        params: dict[str, Any] = {"image_path": str(d / "image.npy"), "text_path": str(d / "text.npy")}
+        if (d / "text_image.npy").exists():
+            import numpy as np
+
+            params["text_image"] = np.load(d / "text_image.npy").tolist()
+        return "precomputed", params, True
+    if args.shapes:
+        root = Path(args.shapes_root or (Path(".cache") / "shapes" / f"n{args.shapes}-s{args.seed}"))
+        return "shapes", {"root": str(root), "n_images": args.shapes, "seed": args.seed}, True
+    if args.data:
+        return "flickr30k", {"root": args.data}, False
+    return "flickr30k", {"source": "hub"}, False
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the study and print the table."""
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    src = ap.add_mutually_exclusive_group()
+    src.add_argument("--data", help="local Flickr30k folder")
+    src.add_argument("--embeddings", help="folder with image.npy, text.npy (and text_image.npy)")
+    src.add_argument("--shapes", type=int, metavar="N_IMAGES", help="offline: render N shape images in the Flickr30k layout")
+    ap.add_argument("--shapes-root", help="where --shapes writes its folder (default .cache/shapes/nN-sSEED)")
+    ap.add_argument("--offline", action="store_true", help="use the offline encoders (EfficientNet-Lite0 + packaged MiniLM); implied by --shapes")
+    ap.add_argument("--methods", nargs="+", default=["csa", "asif", "cka", "procrustes"])
+    ap.add_argument("--n", nargs="+", type=int, help="support sizes (default 1000 5000 10000 29000; --quick: 250 1000)")
+    ap.add_argument("--stores", nargs="+", default=["faiss"], help="faiss, exact, milvus-lite, milvus (with --uri)")
+    ap.add_argument("--uri", help="Milvus server URI for --stores milvus")
+    ap.add_argument("--image-encoder", help="ENCODERS name (default hf-image facebook/dinov2-base; offline: efficientnet-lite0)")
+    ap.add_argument("--image-model", help="model name or path for the image encoder")
+    ap.add_argument("--text-encoder", help="ENCODERS name (default sentence-transformers)")
+    ap.add_argument("--text-model", help="model name or path for the text encoder")
+    ap.add_argument("--clip", metavar="MODEL", help="add the jointly trained CLIP baseline (method identity) with this model")
+    ap.add_argument("--k", nargs="+", type=int, default=[1, 5, 10])
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--quick", action="store_true", help="small N grid for a fast run")
+    ap.add_argument("--out", default="benchmarks/results/flickr", help="output folder")
+    ap.add_argument("--cache-dir", default=".cache/embeddings")
+    ap.add_argument("--no-progress", action="store_true")
+    args = ap.parse_args(argv)
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    dataset, dparams, offline = dataset_spec(args)
+    offline = offline or args.offline
+    if args.embeddings:
+        ienc, tenc = (None, {}), (None, {})
+    else:
+        ienc = list(OFFLINE_IMAGE_ENCODER if offline else DEFAULT_IMAGE_ENCODER)
+        tenc = list(OFFLINE_TEXT_ENCODER if offline else DEFAULT_TEXT_ENCODER)
+        if args.image_encoder:
+            ienc = [args.image_encoder, {}]
+        if args.image_model:
+            ienc[1] = {"model": args.image_model}
+        if args.text_encoder:
+            tenc = [args.text_encoder, {}]
+        if args.text_model:
+            tenc[1] = {"model": args.text_model}
+    n_values = args.n or (QUICK_N if args.quick else FULL_N)
+    progress = not args.no_progress
+
+    base = ExperimentConfig(
+        dataset=dataset, dataset_params=dparams,
+        image_encoder=ienc[0], image_encoder_params=ienc[1],
+        text_encoder=tenc[0], text_encoder_params=tenc[1],
+        k_values=tuple(args.k), seed=args.seed, cache_dir=args.cache_dir, name="flickr",
+    )
+    dims = _dims(base)
+    results: list[dict[str, Any]] = []
+    t0 = time.perf_counter()
+    for store in args.stores:
+        sname, sparams = store_spec(store, out, args.uri)
+        for method in args.methods:
+            for n in n_values:
+                cfg = base.replace(method=method, method_params=method_params(method, min(n_values), dims), store=sname, store_params=sparams, n_support=n)
+                results.append(_run(cfg, out, store, progress))
+        if args.clip:
+            cfg = base.replace(
+                image_encoder="clip", image_encoder_params={"model": args.clip},
+                text_encoder="clip", text_encoder_params={"model": args.clip},
+                method="identity", method_params={}, store=sname, store_params=sparams, n_support=None,
+            )
+            results.append(_run(cfg, out, store, progress))
+    ok = [r for r in results if "error" not in r]
+    print()
+    print(format_table(results, args.k))
+    print(f"\n{len(ok)}/{len(results)} experiments in {time.perf_counter() - t0:.0f} s; results in {out}/")
+    if ok:
+        from imsearch_align.leaderboard import load_results, to_markdown
+        from imsearch_align.plots import learning_curve
+
+        df = load_results([r["path"] for r in ok])
+        df.to_csv(out / "benchmark.csv", index=False)
+        (out / "leaderboard.md").write_text(to_markdown(df))
+        png = learning_curve(ok, metric="t2i/R@1", out_path=out / "learning_curve_t2i_R@1.png",
+                             title=f"{ok[0]['dataset']['name']}: text-to-image R@1 vs support pairs")
+        print(f"learning curve: {png}")
+        print(f"leaderboard:    {out / 'leaderboard.md'} (CSV: {out / 'benchmark.csv'})")
+    return 0 if len(ok) == len(results) else 1
+
+
+def _dims(base: ExperimentConfig) -> tuple[int, int]:
+    """Encoder output dimensions (for the CSA ridge rule)."""
+    if base.image_encoder is None:
+        from imsearch_align.experiment import load_dataset
+
+        _, ip, tp = load_dataset(base)
+        return int(ip.dim), int(tp.dim)
+    return (
+        int(make_encoder(base.image_encoder, "image", base.image_encoder_params).dim),
+        int(make_encoder(base.text_encoder, "text", base.text_encoder_params).dim),
+    )
+
+
+def _run(cfg: ExperimentConfig, out: Path, store_label: str, progress: bool) -> dict[str, Any]:
+    label = f"{cfg.method:<10} {store_label:<11} N={cfg.n_support if cfg.n_support else 'all'}"
+    print(f"running {label}", file=sys.stderr, flush=True)
+    try:
+        res = run_experiment(cfg, output_dir=out, output_template="{dataset}_{method}_{store}_{n}_{key}.json", progress=progress)
+    except Exception as exc:  # one failed cell is reported, the others go on
+        print(f"  failed: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return {"config": cfg.to_dict(), "error": f"{type(exc).__name__}: {exc}", "store_label": store_label}
+    res["store_label"] = store_label
+    return res
+
+
+def format_table(results: list[dict[str, Any]], ks: list[int]) -> str:
+    """Method x store x N with text->image and image->text hit rates (CLIP_benchmark's
+    recall@k), nDCG@10, fit time and search throughput."""
+    ks = sorted(ks)
+    cols = ["method", "store", "N"] + [f"t2i@{k}" for k in ks] + [f"i2t@{k}" for k in ks] + [f"t2i nDCG@{ks[-1]}", "fit s", "t2i q/s"]
+    rows = []
+    for r in results:
+        c = r["config"]
+        n = c["n_support"] if c["n_support"] else "all"
+        if "error" in r:
+            rows.append([c["method"], r.get("store_label", c["store"]), str(n), "error: " + r["error"][:60]])
+            continue
+        m = r["metrics"]
+        row = [c["method"], r.get("store_label", c["store"]), str(r["dataset"]["n_support_pairs"] if c["n_support"] else n)]
+        row += [f"{m.get(f't2i/HitRate@{k}', float('nan')):.3f}" for k in ks]
+        row += [f"{m.get(f'i2t/HitRate@{k}', float('nan')):.3f}" for k in ks]
+        row += [f"{m.get(f't2i/nDCG@{ks[-1]}', float('nan')):.3f}", f"{r['timings']['fit_s']:.2f}", f"{r['timings'].get('t2i_queries_per_s', float('nan')):,.0f}"]
+        rows.append(row)
+    widths = [max(len(str(x)) for x in [h] + [row[i] for row in rows if i < len(row)]) for i, h in enumerate(cols)]
+    lines = ["  ".join(h.ljust(w) for h, w in zip(cols, widths))]
+    lines.append("  ".join("-" * w for w in widths))
+    for row in rows:
+        lines.append("  ".join(str(x).ljust(w) for x, w in zip(row, widths)))
+    first = next((r for r in results if "error" not in r), None)
+    if first:
+        d = first["dataset"]
+        lines.append(
+            f"\n{d['name']}: {d['n_test_images']} test images, {d['n_test_texts']} test captions "
+            f"(chance t2i@1 = {1 / max(d['n_test_images'], 1):.4f}); t2i@k / i2t@k = HitRate@k "
+            "(CLIP_benchmark's image_/text_retrieval_recall@k)"
+        )
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
