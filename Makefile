@@ -14,7 +14,6 @@ DEMO_ARGS ?= --shapes 500 --quick --stores faiss milvus-lite --out demo_out
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PIP) install --quiet --upgrade pip
 	# torch first: the pinned CPU wheel; any other spec pulls a multi-GB CUDA build.
 	$(PIP) install --quiet torch==2.13.0
 	$(PIP) install --quiet -e ".[all,dev]"
