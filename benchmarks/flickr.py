@@ -26,7 +26,10 @@ from typing import Any
 from imsearch_align.experiment import ExperimentConfig, make_encoder, run_experiment
 
 DEFAULT_IMAGE_ENCODER = ("hf-image", {"model": "facebook/dinov2-base"})
-DEFAULT_TEXT_ENCODER = ("sentence-transformers", {"model": "sentence-transformers/all-MiniLM-L6-v2"})
+DEFAULT_TEXT_ENCODER = (
+    "sentence-transformers",
+    {"model": "sentence-transformers/all-MiniLM-L6-v2"},
+)
 OFFLINE_IMAGE_ENCODER = ("efficientnet-lite0", {})
 OFFLINE_TEXT_ENCODER = ("sentence-transformers", {"model": "all-MiniLM-L6-v2"})
 FULL_N = (1000, 5000, 10000, 29000)
@@ -57,23 +60,32 @@ def store_spec(store: str, out: Path, uri: str | None) -> tuple[str, dict[str, A
         return "milvus", {"uri": str(out / "milvus_lite.db")}
     if store == "milvus":
         if not uri:
-            raise SystemExit("--stores milvus needs --uri http://HOST:PORT (a running Milvus server)")
+            raise SystemExit(
+                "--stores milvus needs --uri http://HOST:PORT (a running Milvus server)"
+            )
         return "milvus", {"uri": uri}
-    raise SystemExit(f"--stores: unknown store {store!r}; choose from faiss, exact, milvus-lite, milvus")
+    raise SystemExit(
+        f"--stores: unknown store {store!r}; choose from faiss, exact, milvus-lite, milvus"
+    )
 
 
 def dataset_spec(args: argparse.Namespace) -> tuple[str, dict[str, Any], bool]:
     """(DATASETS name, params, offline?) from --data / --embeddings / --shapes."""
     if args.embeddings:
         d = Path(args.embeddings)
-        params: dict[str, Any] = {"image_path": str(d / "image.npy"), "text_path": str(d / "text.npy")}
+        params: dict[str, Any] = {
+            "image_path": str(d / "image.npy"),
+            "text_path": str(d / "text.npy"),
+        }
         if (d / "text_image.npy").exists():
             import numpy as np
 
             params["text_image"] = np.load(d / "text_image.npy").tolist()
         return "precomputed", params, True
     if args.shapes:
-        root = Path(args.shapes_root or (Path(".cache") / "shapes" / f"n{args.shapes}-s{args.seed}"))
+        root = Path(
+            args.shapes_root or (Path(".cache") / "shapes" / f"n{args.shapes}-s{args.seed}")
+        )
         return "shapes", {"root": str(root), "n_images": args.shapes, "seed": args.seed}, True
     if args.data:
         return "flickr30k", {"root": args.data}, False
@@ -82,22 +94,52 @@ def dataset_spec(args: argparse.Namespace) -> tuple[str, dict[str, Any], bool]:
 
 def main(argv: list[str] | None = None) -> int:
     """Run the study and print the table."""
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     src = ap.add_mutually_exclusive_group()
     src.add_argument("--data", help="local Flickr30k folder")
     src.add_argument("--embeddings", help="folder with image.npy, text.npy (and text_image.npy)")
-    src.add_argument("--shapes", type=int, metavar="N_IMAGES", help="offline: render N shape images in the Flickr30k layout")
-    ap.add_argument("--shapes-root", help="where --shapes writes its folder (default .cache/shapes/nN-sSEED)")
-    ap.add_argument("--offline", action="store_true", help="use the offline encoders (EfficientNet-Lite0 + packaged MiniLM); implied by --shapes")
+    src.add_argument(
+        "--shapes",
+        type=int,
+        metavar="N_IMAGES",
+        help="offline: render N shape images in the Flickr30k layout",
+    )
+    ap.add_argument(
+        "--shapes-root", help="where --shapes writes its folder (default .cache/shapes/nN-sSEED)"
+    )
+    ap.add_argument(
+        "--offline",
+        action="store_true",
+        help="use the offline encoders (EfficientNet-Lite0 + packaged MiniLM); implied by --shapes",
+    )
     ap.add_argument("--methods", nargs="+", default=["csa", "asif", "cka", "procrustes"])
-    ap.add_argument("--n", nargs="+", type=int, help="support sizes (default 1000 5000 10000 29000; --quick: 250 1000)")
-    ap.add_argument("--stores", nargs="+", default=["faiss"], help="faiss, exact, milvus-lite, milvus (with --uri)")
+    ap.add_argument(
+        "--n",
+        nargs="+",
+        type=int,
+        help="support sizes (default 1000 5000 10000 29000; --quick: 250 1000)",
+    )
+    ap.add_argument(
+        "--stores",
+        nargs="+",
+        default=["faiss"],
+        help="faiss, exact, milvus-lite, milvus (with --uri)",
+    )
     ap.add_argument("--uri", help="Milvus server URI for --stores milvus")
-    ap.add_argument("--image-encoder", help="ENCODERS name (default hf-image facebook/dinov2-base; offline: efficientnet-lite0)")
+    ap.add_argument(
+        "--image-encoder",
+        help="ENCODERS name (default hf-image facebook/dinov2-base; offline: efficientnet-lite0)",
+    )
     ap.add_argument("--image-model", help="model name or path for the image encoder")
     ap.add_argument("--text-encoder", help="ENCODERS name (default sentence-transformers)")
     ap.add_argument("--text-model", help="model name or path for the text encoder")
-    ap.add_argument("--clip", metavar="MODEL", help="add the jointly trained CLIP baseline (method identity) with this model")
+    ap.add_argument(
+        "--clip",
+        metavar="MODEL",
+        help="add the jointly trained CLIP baseline (method identity) with this model",
+    )
     ap.add_argument("--k", nargs="+", type=int, default=[1, 5, 10])
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--quick", action="store_true", help="small N grid for a fast run")
@@ -128,10 +170,16 @@ def main(argv: list[str] | None = None) -> int:
     progress = not args.no_progress
 
     base = ExperimentConfig(
-        dataset=dataset, dataset_params=dparams,
-        image_encoder=ienc[0], image_encoder_params=ienc[1],
-        text_encoder=tenc[0], text_encoder_params=tenc[1],
-        k_values=tuple(args.k), seed=args.seed, cache_dir=args.cache_dir, name="flickr",
+        dataset=dataset,
+        dataset_params=dparams,
+        image_encoder=ienc[0],
+        image_encoder_params=ienc[1],
+        text_encoder=tenc[0],
+        text_encoder_params=tenc[1],
+        k_values=tuple(args.k),
+        seed=args.seed,
+        cache_dir=args.cache_dir,
+        name="flickr",
     )
     dims = _dims(base)
     results: list[dict[str, Any]] = []
@@ -140,19 +188,33 @@ def main(argv: list[str] | None = None) -> int:
         sname, sparams = store_spec(store, out, args.uri)
         for method in args.methods:
             for n in n_values:
-                cfg = base.replace(method=method, method_params=method_params(method, min(n_values), dims), store=sname, store_params=sparams, n_support=n)
+                cfg = base.replace(
+                    method=method,
+                    method_params=method_params(method, min(n_values), dims),
+                    store=sname,
+                    store_params=sparams,
+                    n_support=n,
+                )
                 results.append(_run(cfg, out, store, progress))
         if args.clip:
             cfg = base.replace(
-                image_encoder="clip", image_encoder_params={"model": args.clip},
-                text_encoder="clip", text_encoder_params={"model": args.clip},
-                method="identity", method_params={}, store=sname, store_params=sparams, n_support=None,
+                image_encoder="clip",
+                image_encoder_params={"model": args.clip},
+                text_encoder="clip",
+                text_encoder_params={"model": args.clip},
+                method="identity",
+                method_params={},
+                store=sname,
+                store_params=sparams,
+                n_support=None,
             )
             results.append(_run(cfg, out, store, progress))
     ok = [r for r in results if "error" not in r]
     print()
     print(format_table(results, args.k))
-    print(f"\n{len(ok)}/{len(results)} experiments in {time.perf_counter() - t0:.0f} s; results in {out}/")
+    print(
+        f"\n{len(ok)}/{len(results)} experiments in {time.perf_counter() - t0:.0f} s; results in {out}/"
+    )
     if ok:
         from imsearch_align.leaderboard import load_results, to_markdown
         from imsearch_align.plots import learning_curve
@@ -160,8 +222,12 @@ def main(argv: list[str] | None = None) -> int:
         df = load_results([r["path"] for r in ok])
         df.to_csv(out / "benchmark.csv", index=False)
         (out / "leaderboard.md").write_text(to_markdown(df))
-        png = learning_curve(ok, metric="t2i/R@1", out_path=out / "learning_curve_t2i_R@1.png",
-                             title=f"{ok[0]['dataset']['name']}: text-to-image R@1 vs support pairs")
+        png = learning_curve(
+            ok,
+            metric="t2i/R@1",
+            out_path=out / "learning_curve_t2i_R@1.png",
+            title=f"{ok[0]['dataset']['name']}: text-to-image R@1 vs support pairs",
+        )
         print(f"learning curve: {png}")
         print(f"leaderboard:    {out / 'leaderboard.md'} (CSV: {out / 'benchmark.csv'})")
     return 0 if len(ok) == len(results) else 1
@@ -184,10 +250,19 @@ def _run(cfg: ExperimentConfig, out: Path, store_label: str, progress: bool) -> 
     label = f"{cfg.method:<10} {store_label:<11} N={cfg.n_support if cfg.n_support else 'all'}"
     print(f"running {label}", file=sys.stderr, flush=True)
     try:
-        res = run_experiment(cfg, output_dir=out, output_template="{dataset}_{method}_{store}_{n}_{key}.json", progress=progress)
+        res = run_experiment(
+            cfg,
+            output_dir=out,
+            output_template="{dataset}_{method}_{store}_{n}_{key}.json",
+            progress=progress,
+        )
     except Exception as exc:  # one failed cell is reported, the others go on
         print(f"  failed: {type(exc).__name__}: {exc}", file=sys.stderr)
-        return {"config": cfg.to_dict(), "error": f"{type(exc).__name__}: {exc}", "store_label": store_label}
+        return {
+            "config": cfg.to_dict(),
+            "error": f"{type(exc).__name__}: {exc}",
+            "store_label": store_label,
+        }
     res["store_label"] = store_label
     return res
 
@@ -196,21 +271,39 @@ def format_table(results: list[dict[str, Any]], ks: list[int]) -> str:
     """Method x store x N with text->image and image->text hit rates (CLIP_benchmark's
     recall@k), nDCG@10, fit time and search throughput."""
     ks = sorted(ks)
-    cols = ["method", "store", "N"] + [f"t2i@{k}" for k in ks] + [f"i2t@{k}" for k in ks] + [f"t2i nDCG@{ks[-1]}", "fit s", "t2i q/s"]
+    cols = (
+        ["method", "store", "N"]
+        + [f"t2i@{k}" for k in ks]
+        + [f"i2t@{k}" for k in ks]
+        + [f"t2i nDCG@{ks[-1]}", "fit s", "t2i q/s"]
+    )
     rows = []
     for r in results:
         c = r["config"]
         n = c["n_support"] if c["n_support"] else "all"
         if "error" in r:
-            rows.append([c["method"], r.get("store_label", c["store"]), str(n), "error: " + r["error"][:60]])
+            rows.append(
+                [c["method"], r.get("store_label", c["store"]), str(n), "error: " + r["error"][:60]]
+            )
             continue
         m = r["metrics"]
-        row = [c["method"], r.get("store_label", c["store"]), str(r["dataset"]["n_support_pairs"] if c["n_support"] else n)]
+        row = [
+            c["method"],
+            r.get("store_label", c["store"]),
+            str(r["dataset"]["n_support_pairs"] if c["n_support"] else n),
+        ]
         row += [f"{m.get(f't2i/HitRate@{k}', float('nan')):.3f}" for k in ks]
         row += [f"{m.get(f'i2t/HitRate@{k}', float('nan')):.3f}" for k in ks]
-        row += [f"{m.get(f't2i/nDCG@{ks[-1]}', float('nan')):.3f}", f"{r['timings']['fit_s']:.2f}", f"{r['timings'].get('t2i_queries_per_s', float('nan')):,.0f}"]
+        row += [
+            f"{m.get(f't2i/nDCG@{ks[-1]}', float('nan')):.3f}",
+            f"{r['timings']['fit_s']:.2f}",
+            f"{r['timings'].get('t2i_queries_per_s', float('nan')):,.0f}",
+        ]
         rows.append(row)
-    widths = [max(len(str(x)) for x in [h] + [row[i] for row in rows if i < len(row)]) for i, h in enumerate(cols)]
+    widths = [
+        max(len(str(x)) for x in [h] + [row[i] for row in rows if i < len(row)])
+        for i, h in enumerate(cols)
+    ]
     lines = ["  ".join(h.ljust(w) for h, w in zip(cols, widths))]
     lines.append("  ".join("-" * w for w in widths))
     for row in rows:

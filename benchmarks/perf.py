@@ -41,7 +41,10 @@ def machine() -> dict:
         from threadpoolctl import threadpool_info
 
         info["blas"] = [
-            {k: d.get(k) for k in ("internal_api", "version", "num_threads", "architecture", "filepath")}
+            {
+                k: d.get(k)
+                for k in ("internal_api", "version", "num_threads", "architecture", "filepath")
+            }
             for d in threadpool_info()
         ]
     except Exception as exc:  # the table is still useful without BLAS details
@@ -54,8 +57,12 @@ def machine() -> dict:
 
 def main(argv: list[str] | None = None) -> int:
     """Run the chosen sections, print a table, merge into perf.json."""
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--only", default="", help=f"comma-separated sections out of {','.join(SECTIONS)}")
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    ap.add_argument(
+        "--only", default="", help=f"comma-separated sections out of {','.join(SECTIONS)}"
+    )
     ap.add_argument("--quick", action="store_true", help="small sizes (smoke run)")
     ap.add_argument("--out", default=str(HERE / "results" / "perf.json"))
     args = ap.parse_args(argv)
@@ -105,9 +112,17 @@ def format_table(rows: list[dict]) -> str:
     lines = [head, "-" * len(head)]
     for r in rows:
         v = r["value"]
-        vs = f"{v:,.4g}" if isinstance(v, float) and abs(v) < 1e6 else f"{v:,.0f}" if isinstance(v, int | float) else str(v)
+        vs = (
+            f"{v:,.4g}"
+            if isinstance(v, float) and abs(v) < 1e6
+            else f"{v:,.0f}"
+            if isinstance(v, int | float)
+            else str(v)
+        )
         ok = {True: "yes", False: "NO", None: ""}[r.get("ok")]
-        lines.append(f"{r['section']:<12} {r['item'][:72]:<72} {vs:>14} {r.get('unit') or '':<6} {str(r.get('target') or ''):<12} {ok}")
+        lines.append(
+            f"{r['section']:<12} {r['item'][:72]:<72} {vs:>14} {r.get('unit') or '':<6} {r.get('target') or ''!s:<12} {ok}"
+        )
     return "\n".join(lines)
 
 

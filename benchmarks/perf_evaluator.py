@@ -50,7 +50,11 @@ def make_case(nq: int, ndoc: int, depth: int, seed: int = 0):
     ids = np.empty((nq, depth), dtype=np.int64)
     for s in range(0, nq, 5000):  # distinct docs per row without a (nq, ndoc) matrix
         e = min(s + 5000, nq)
-        ids[s:e] = np.argsort(rng.random((e - s, ndoc)).astype(np.float32), axis=1)[:, :depth] if ndoc <= 20000 else _distinct(rng, e - s, ndoc, depth)
+        ids[s:e] = (
+            np.argsort(rng.random((e - s, ndoc)).astype(np.float32), axis=1)[:, :depth]
+            if ndoc <= 20000
+            else _distinct(rng, e - s, ndoc, depth)
+        )
     scores = np.sort(rng.random((nq, depth)).astype(np.float32), axis=1)[:, ::-1].copy()
     # tie-free: strictly decreasing per row
     scores = scores + np.linspace(1e-3, 0, depth, dtype=np.float32)[None] * 0
@@ -88,7 +92,9 @@ def run(quick: bool = False) -> dict:
     ids, scores, qrels = make_case(nq, ndoc, depth)
     store = PrecomputedStore(ids, scores)
     queries = np.arange(nq, dtype=np.float32)[:, None]
-    ev = BenchmarkEvaluator(store, "pre", k=depth, measures=MEASURES, batch_size=1024, workers=2, progress=False)
+    ev = BenchmarkEvaluator(
+        store, "pre", k=depth, measures=MEASURES, batch_size=1024, workers=2, progress=False
+    )
     ev.evaluate(queries[:2048], qrels)  # warm-up (imports, allocator)
     times = []
     for _ in range(3):
@@ -107,11 +113,15 @@ def run(quick: bool = False) -> dict:
     for r in range(nq):
         run_d[str(r)] = dict(zip(map(str, ids[r].tolist()), scores[r].tolist()))
     qrels_d: dict[str, dict[str, int]] = {}
-    for q, d, rel in zip(qrels.query_ids.tolist(), qrels.doc_ids.tolist(), qrels.relevance.tolist()):
+    for q, d, rel in zip(
+        qrels.query_ids.tolist(), qrels.doc_ids.tolist(), qrels.relevance.tolist()
+    ):
         qrels_d.setdefault(str(q), {})[str(d)] = int(rel)
     t_build = time.perf_counter() - t
     t = time.perf_counter()
-    trec = pytrec_eval.RelevanceEvaluator(qrels_d, {"P.10", "recall.10", "ndcg_cut.10", "map_cut.100", "success.1,5"}).evaluate(run_d)
+    trec = pytrec_eval.RelevanceEvaluator(
+        qrels_d, {"P.10", "recall.10", "ndcg_cut.10", "map_cut.100", "success.1,5"}
+    ).evaluate(run_d)
     t_trec_eval = time.perf_counter() - t
     t_trec = t_build + t_trec_eval
     max_diff = 0.0
@@ -122,19 +132,66 @@ def run(quick: bool = False) -> dict:
     qps = nq / t_ours
     ratio = t_trec / t_ours
     rows = [
-        {"section": "evaluator", "item": f"evaluator queries/s ({nq:,} x top-{depth}, {len(MEASURES)} measures)", "value": qps, "unit": "q/s", "target": ">= 10,000", "ok": qps >= 10_000},
-        {"section": "evaluator", "item": "pytrec_eval time / evaluator time (same arrays)", "value": ratio, "unit": "x", "target": ">= 100", "ok": ratio >= 100},
-        {"section": "evaluator", "item": "evaluator wall time", "value": t_ours, "unit": "s", "target": None, "ok": None},
-        {"section": "evaluator", "item": "pytrec_eval: build dicts + evaluate", "value": t_trec, "unit": "s", "target": None, "ok": None},
-        {"section": "evaluator", "item": "95% bootstrap intervals (1000 resamples, lazy)", "value": t_ci, "unit": "s", "target": None, "ok": None},
-        {"section": "evaluator", "item": "max |mean difference| vs pytrec_eval", "value": max_diff, "unit": "", "target": "<= 1e-9", "ok": max_diff <= 1e-9},
+        {
+            "section": "evaluator",
+            "item": f"evaluator queries/s ({nq:,} x top-{depth}, {len(MEASURES)} measures)",
+            "value": qps,
+            "unit": "q/s",
+            "target": ">= 10,000",
+            "ok": qps >= 10_000,
+        },
+        {
+            "section": "evaluator",
+            "item": "pytrec_eval time / evaluator time (same arrays)",
+            "value": ratio,
+            "unit": "x",
+            "target": ">= 100",
+            "ok": ratio >= 100,
+        },
+        {
+            "section": "evaluator",
+            "item": "evaluator wall time",
+            "value": t_ours,
+            "unit": "s",
+            "target": None,
+            "ok": None,
+        },
+        {
+            "section": "evaluator",
+            "item": "pytrec_eval: build dicts + evaluate",
+            "value": t_trec,
+            "unit": "s",
+            "target": None,
+            "ok": None,
+        },
+        {
+            "section": "evaluator",
+            "item": "95% bootstrap intervals (1000 resamples, lazy)",
+            "value": t_ci,
+            "unit": "s",
+            "target": None,
+            "ok": None,
+        },
+        {
+            "section": "evaluator",
+            "item": "max |mean difference| vs pytrec_eval",
+            "value": max_diff,
+            "unit": "",
+            "target": "<= 1e-9",
+            "ok": max_diff <= 1e-9,
+        },
     ]
     return {
         "rows": rows,
         "details": {
-            "n_queries": nq, "n_docs": ndoc, "depth": depth, "measures": MEASURES,
-            "evaluator_runs_s": times, "timings": res.timings,
-            "pytrec_build_s": t_build, "pytrec_evaluate_s": t_trec_eval,
+            "n_queries": nq,
+            "n_docs": ndoc,
+            "depth": depth,
+            "measures": MEASURES,
+            "evaluator_runs_s": times,
+            "timings": res.timings,
+            "pytrec_build_s": t_build,
+            "pytrec_evaluate_s": t_trec_eval,
         },
     }
 
@@ -142,4 +199,6 @@ def run(quick: bool = False) -> dict:
 if __name__ == "__main__":
     out = run(quick="--quick" in sys.argv)
     for r in out["rows"]:
-        print(f"{r['item']:<70} {r['value']:>14.6g} {r['unit']:<4} target {r['target']}  ok={r['ok']}")
+        print(
+            f"{r['item']:<70} {r['value']:>14.6g} {r['unit']:<4} target {r['target']}  ok={r['ok']}"
+        )

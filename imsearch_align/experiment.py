@@ -118,7 +118,13 @@ class ExperimentConfig:
     name: str = ""
 
     def __post_init__(self) -> None:
-        for f in ("dataset_params", "image_encoder_params", "text_encoder_params", "method_params", "store_params"):
+        for f in (
+            "dataset_params",
+            "image_encoder_params",
+            "text_encoder_params",
+            "method_params",
+            "store_params",
+        ):
             object.__setattr__(self, f, _frozen_dict(getattr(self, f), f))
         if self.task not in TASKS:
             raise ValueError(f"task must be one of {TASKS}, got {self.task!r}")
@@ -274,7 +280,9 @@ def _support_pairs(ds, n: int | None, seed: int) -> tuple[np.ndarray, np.ndarray
     texts = ds.texts[ds.texts["split"] == SUPPORT_SPLIT]
     avail = len(texts)
     if avail == 0:
-        raise ValueError(f"dataset {ds.name!r} has no support pairs (split {SUPPORT_SPLIT!r} is empty)")
+        raise ValueError(
+            f"dataset {ds.name!r} has no support pairs (split {SUPPORT_SPLIT!r} is empty)"
+        )
     if n is None:
         pick = np.arange(avail)
     else:
@@ -295,7 +303,10 @@ def _make_store(config: ExperimentConfig):
 def _git_commit() -> str | None:
     try:
         out = subprocess.run(
-            ["git", "rev-parse", "HEAD"], capture_output=True, text=True, timeout=5,
+            ["git", "rev-parse", "HEAD"],
+            capture_output=True,
+            text=True,
+            timeout=5,
             cwd=Path(__file__).resolve().parent,
         )
         return out.stdout.strip() or None
@@ -308,8 +319,21 @@ def environment() -> dict[str, Any]:
     from importlib import metadata
 
     versions = {}
-    for pkg in ("imsearch-align", "numpy", "scipy", "pandas", "scikit-learn", "faiss-cpu", "faiss-gpu",
-                "pymilvus", "milvus-lite", "torch", "transformers", "sentence-transformers", "cca-zoo"):
+    for pkg in (
+        "imsearch-align",
+        "numpy",
+        "scipy",
+        "pandas",
+        "scikit-learn",
+        "faiss-cpu",
+        "faiss-gpu",
+        "pymilvus",
+        "milvus-lite",
+        "torch",
+        "transformers",
+        "sentence-transformers",
+        "cca-zoo",
+    ):
         try:
             versions[pkg] = metadata.version(pkg)
         except metadata.PackageNotFoundError:
@@ -357,7 +381,9 @@ def _atomic_write_bytes(path: Path, data: bytes) -> None:
 
 def write_json(path: str | os.PathLike, obj: Any) -> None:
     """Write JSON atomically (temp file + rename)."""
-    _atomic_write_bytes(Path(path), json.dumps(obj, indent=2, default=_json_default, allow_nan=True).encode())
+    _atomic_write_bytes(
+        Path(path), json.dumps(obj, indent=2, default=_json_default, allow_nan=True).encode()
+    )
 
 
 def _json_default(o: Any) -> Any:
@@ -377,7 +403,9 @@ def _check_writable(out_dir: Path) -> None:
         probe.write_bytes(b"")
         probe.unlink()
     except OSError as exc:
-        raise PermissionError(f"output_dir {str(out_dir)!r} cannot be written: {exc.strerror or exc}") from None
+        raise PermissionError(
+            f"output_dir {str(out_dir)!r} cannot be written: {exc.strerror or exc}"
+        ) from None
 
 
 # ----------------------------------------------------------------------------- the experiment
@@ -417,7 +445,9 @@ def run_experiment(
                 log.warning(
                     "%s holds another experiment (key %s, this one %s); it is overwritten. "
                     "Add {key} to the output template to keep both.",
-                    out_path, res.get("key"), config.key(),
+                    out_path,
+                    res.get("key"),
+                    config.key(),
                 )
         _check_writable(out_dir)
     # Fail fast on unknown names, before any loading or encoding.
@@ -435,12 +465,18 @@ def run_experiment(
 
     sup_txt, sup_img = _support_pairs(ds, config.n_support, config.seed)
     test_img_ids = ds.split_ids(TEST_SPLIT, "image")
-    test_txt_ids = ds.split_ids(TEST_SPLIT, "text") if config.task == "retrieval" else np.zeros(0, np.int64)
+    test_txt_ids = (
+        ds.split_ids(TEST_SPLIT, "text") if config.task == "retrieval" else np.zeros(0, np.int64)
+    )
     if len(test_img_ids) == 0:
         raise ValueError(f"dataset {ds.name!r} has no test images (split {TEST_SPLIT!r} is empty)")
 
     t = time.perf_counter()
-    kw = {"cache_dir": config.cache_dir, "batch_size": config.encode_batch_size, "progress": progress}
+    kw = {
+        "cache_dir": config.cache_dir,
+        "batch_size": config.encode_batch_size,
+        "progress": progress,
+    }
     # Embed whole splits (cached once, reused by every N of a sweep), then select.
     from imsearch_align.datasets.base import SUPPORT_SPLIT
 
@@ -474,8 +510,16 @@ def run_experiment(
             "n_test_images": len(test_img_ids),
             "n_test_texts": len(test_txt_ids),
         },
-        "method": {"name": config.method, "params": _jsonable_params(method), "output_dim": _out_dim(A_img), "sparse": bool(is_sparse(A_img))},
-        "encoders": {"image": getattr(img_p, "id", str(img_p)), "text": getattr(txt_p, "id", str(txt_p))},
+        "method": {
+            "name": config.method,
+            "params": _jsonable_params(method),
+            "output_dim": _out_dim(A_img),
+            "sparse": bool(is_sparse(A_img)),
+        },
+        "encoders": {
+            "image": getattr(img_p, "id", str(img_p)),
+            "text": getattr(txt_p, "id", str(txt_p)),
+        },
         "tasks": {},
         "metrics": {},
         "timings": timings,
@@ -492,8 +536,16 @@ def run_experiment(
                 else:
                     docs, doc_ids, queries, query_ids = A_txt, test_txt_ids, A_img, test_img_ids
                 res, info = _search_and_score(
-                    config, store, f"{direction}_{config.key()}", docs, doc_ids, queries, query_ids,
-                    qrels_by_dir[direction], ckpt_root / direction if ckpt_root else None, progress,
+                    config,
+                    store,
+                    f"{direction}_{config.key()}",
+                    docs,
+                    doc_ids,
+                    queries,
+                    query_ids,
+                    qrels_by_dir[direction],
+                    ckpt_root / direction if ckpt_root else None,
+                    progress,
                 )
                 _record(result, direction, res, info)
                 pq = res.per_query.copy()
@@ -501,10 +553,14 @@ def run_experiment(
                 per_query_frames.append(pq)
             _clip_aliases(result, config.k_values)
         else:
-            res, info, cls_extra = _classify(config, ds, txt_p, method, store, A_img, test_img_ids, ckpt_root, progress)
+            res, info, cls_extra = _classify(
+                config, ds, txt_p, method, store, A_img, test_img_ids, ckpt_root, progress
+            )
             _record(result, "classification", res, info)
             result["tasks"]["classification"].update(cls_extra)
-            result["metrics"].update({f"classification/{k}": v for k, v in cls_extra["metrics"].items()})
+            result["metrics"].update(
+                {f"classification/{k}": v for k, v in cls_extra["metrics"].items()}
+            )
             pq = res.per_query.copy()
             pq.insert(0, "direction", "classification")
             per_query_frames.append(pq)
@@ -580,12 +636,22 @@ def _search_and_score(
         store.insert(collection, docs, np.asarray(doc_ids, dtype=np.int64))
         build_s = time.perf_counter() - t
         ev = BenchmarkEvaluator(
-            store, collection, k=k, measures=measures_for(config.k_values),
-            batch_size=config.batch_size, workers=config.workers, progress=progress,
-            seed=config.seed, checkpoint_dir=checkpoint_dir,
+            store,
+            collection,
+            k=k,
+            measures=measures_for(config.k_values),
+            batch_size=config.batch_size,
+            workers=config.workers,
+            progress=progress,
+            seed=config.seed,
+            checkpoint_dir=checkpoint_dir,
         )
         res = ev.evaluate(queries, qrels, query_ids=query_ids)
-        info: dict[str, Any] = {"index_build_s": build_s, "n_docs": int(docs.shape[0]), "n_queries": int(queries.shape[0])}
+        info: dict[str, Any] = {
+            "index_build_s": build_s,
+            "n_docs": int(docs.shape[0]),
+            "n_queries": int(queries.shape[0]),
+        }
         if config.ann_fidelity:
             info["fidelity"] = _fidelity(store, collection, docs, doc_ids, queries, k, sparse)
     finally:
@@ -614,7 +680,10 @@ def _fidelity(store, collection, docs, doc_ids, queries, k, sparse) -> dict[str,
     want = exact.search("oracle", queries, k)
     rec = ann_recall(got, want, k)
     per_query = rec[0] if isinstance(rec, tuple) else np.asarray(getattr(rec, "per_query", rec))
-    return {f"ann_recall@{k}": float(np.mean(per_query)), f"ann_recall_min@{k}": float(np.min(per_query))}
+    return {
+        f"ann_recall@{k}": float(np.mean(per_query)),
+        f"ann_recall_min@{k}": float(np.min(per_query)),
+    }
 
 
 def _record(result: dict[str, Any], name: str, res: BenchmarkResult, info: dict[str, Any]) -> None:
@@ -745,8 +814,14 @@ def _classify(config, ds, txt_p, method, store, A_img, test_img_ids, ckpt_root, 
         kk = min(k, C)
         ks = [x for x in config.k_values if x <= kk] or [kk]
         ev = BenchmarkEvaluator(
-            search_store, coll, k=kk, measures=[*[f"HitRate@{x}" for x in ks], "Accuracy"],
-            batch_size=config.batch_size, workers=config.workers, progress=progress, seed=config.seed,
+            search_store,
+            coll,
+            k=kk,
+            measures=[*[f"HitRate@{x}" for x in ks], "Accuracy"],
+            batch_size=config.batch_size,
+            workers=config.workers,
+            progress=progress,
+            seed=config.seed,
             checkpoint_dir=ckpt_root / "classification" if ckpt_root else None,
         )
         res = ev.evaluate(A_img, qrels, query_ids=test_img_ids)
@@ -760,13 +835,21 @@ def _classify(config, ds, txt_p, method, store, A_img, test_img_ids, ckpt_root, 
     per_class = float(balanced_accuracy_score(labels, pred)) if len(labels) else float("nan")
     acc5 = res.mean().get("HitRate@5", float("nan")) if C >= 5 else float("nan")
     extra = {
-        "metrics": {"acc1": res.mean()["Accuracy"], "acc5": acc5, "mean_per_class_recall": per_class},
+        "metrics": {
+            "acc1": res.mean()["Accuracy"],
+            "acc5": acc5,
+            "mean_per_class_recall": per_class,
+        },
         "n_classes": C,
         "n_templates": T,
         "ensemble": config.ensemble,
         "prompt_embed_s": embed_s,
     }
-    return res, {"index_build_s": build_s, "n_docs": int(docs.shape[0]), "n_queries": len(test_img_ids)}, extra
+    return (
+        res,
+        {"index_build_s": build_s, "n_docs": int(docs.shape[0]), "n_queries": len(test_img_ids)},
+        extra,
+    )
 
 
 # ----------------------------------------------------------------------------- diagnostics
@@ -781,7 +864,9 @@ def _diagnostics(config, E_img, E_txt, A_img, A_txt, ds, test_txt_ids) -> dict[s
     if E_txt is None:
         return {"skipped": "diagnostics need both modalities (retrieval task)"}
     img_index = pd.Index(ds.split_ids("test", "image"))
-    first = ds.texts.set_index("text_id").loc[test_txt_ids].reset_index().drop_duplicates("image_id")
+    first = (
+        ds.texts.set_index("text_id").loc[test_txt_ids].reset_index().drop_duplicates("image_id")
+    )
     ti = pd.Index(test_txt_ids).get_indexer(first["text_id"].to_numpy())
     ii = img_index.get_indexer(first["image_id"].to_numpy())
     out: dict[str, Any] = {}
@@ -789,7 +874,9 @@ def _diagnostics(config, E_img, E_txt, A_img, A_txt, ds, test_txt_ids) -> dict[s
     if E_img.shape[1] == E_txt.shape[1]:
         spaces["raw"] = (E_img, E_txt)
     else:
-        out["raw"] = {"skipped": f"raw spaces differ in dimension ({E_img.shape[1]} vs {E_txt.shape[1]})"}
+        out["raw"] = {
+            "skipped": f"raw spaces differ in dimension ({E_img.shape[1]} vs {E_txt.shape[1]})"
+        }
     for name, (a, b) in spaces.items():
         try:
             out[name] = diagnose(a[ii], b[ti], seed=config.seed)
@@ -837,17 +924,28 @@ def sweep(
                     method=m,
                     store=s,
                     n_support=n,
-                    method_params=dict((method_params or {}).get(m, base.method_params if m == base.method else {})),
-                    store_params=dict((store_params or {}).get(s, base.store_params if s == base.store else {})),
+                    method_params=dict(
+                        (method_params or {}).get(m, base.method_params if m == base.method else {})
+                    ),
+                    store_params=dict(
+                        (store_params or {}).get(s, base.store_params if s == base.store else {})
+                    ),
                 )
                 try:
                     results.append(
-                        run_experiment(cfg, output_dir=output_dir, output_template=output_template,
-                                       skip_existing=skip_existing, progress=progress)
+                        run_experiment(
+                            cfg,
+                            output_dir=output_dir,
+                            output_template=output_template,
+                            skip_existing=skip_existing,
+                            progress=progress,
+                        )
                     )
                 except Exception as exc:
                     if on_error == "raise":
                         raise
                     log.error("experiment %s/%s/n=%s failed: %s", m, s, n, exc)
-                    results.append({"config": cfg.to_dict(), "error": f"{type(exc).__name__}: {exc}"})
+                    results.append(
+                        {"config": cfg.to_dict(), "error": f"{type(exc).__name__}: {exc}"}
+                    )
     return results

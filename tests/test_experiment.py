@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from imsearch_align import Qrels, Run, evaluate
+from imsearch_align import Run, evaluate
 from imsearch_align.experiment import ExperimentConfig, class_vectors, run_experiment, sweep
 
 METHODS = {
@@ -33,9 +33,18 @@ def _store_params(store, tmp_path):
 
 def _syn_config(method, store, tmp_path, **kw):
     return ExperimentConfig(
-        dataset="synthetic", dataset_params=SYN, image_encoder=None, text_encoder=None,
-        method=method, method_params=METHODS[method], store=store, store_params=_store_params(store, tmp_path),
-        n_support=400, cache_dir=None, k_values=(1, 5, 10), **kw,
+        dataset="synthetic",
+        dataset_params=SYN,
+        image_encoder=None,
+        text_encoder=None,
+        method=method,
+        method_params=METHODS[method],
+        store=store,
+        store_params=_store_params(store, tmp_path),
+        n_support=400,
+        cache_dir=None,
+        k_values=(1, 5, 10),
+        **kw,
     )
 
 
@@ -46,7 +55,12 @@ def test_every_method_and_store_on_synthetic(method, store, tmp_path):
     n_test = res["dataset"]["n_test_images"]
     chance = 1 / n_test
     for d in ("t2i", "i2t"):
-        assert res["metrics"][f"{d}/Accuracy"] > 10 * chance, (method, store, d, res["metrics"][f"{d}/Accuracy"])
+        assert res["metrics"][f"{d}/Accuracy"] > 10 * chance, (
+            method,
+            store,
+            d,
+            res["metrics"][f"{d}/Accuracy"],
+        )
     # CLIP_benchmark aliases are our HitRate.
     assert res["clip_benchmark"]["image_retrieval_recall@5"] == res["metrics"]["t2i/HitRate@5"]
     assert res["clip_benchmark"]["text_retrieval_recall@5"] == res["metrics"]["i2t/HitRate@5"]
@@ -55,7 +69,10 @@ def test_every_method_and_store_on_synthetic(method, store, tmp_path):
 
 
 def test_stores_agree_with_each_other_and_with_a_direct_computation(tmp_path):
-    results = {s: run_experiment(_syn_config("csa", s, tmp_path), progress=False) for s in ("exact", "faiss", "milvus")}
+    results = {
+        s: run_experiment(_syn_config("csa", s, tmp_path), progress=False)
+        for s in ("exact", "faiss", "milvus")
+    }
     for s in ("faiss", "milvus"):
         for m, v in results["exact"]["metrics"].items():
             assert results[s]["metrics"][m] == pytest.approx(v, abs=1e-9), (s, m)
@@ -93,7 +110,9 @@ def test_result_files_skip_existing_and_per_query(tmp_path):
     stored = json.loads(path.read_text())
     assert stored["config"] == cfg.to_dict() and ExperimentConfig.from_dict(stored["config"]) == cfg
     assert stored["environment"]["versions"]["numpy"] == np.__version__
-    assert "t2i/ann_recall@10" in stored["metrics"] and stored["metrics"]["t2i/ann_recall@10"] == 1.0
+    assert (
+        "t2i/ann_recall@10" in stored["metrics"] and stored["metrics"]["t2i/ann_recall@10"] == 1.0
+    )
     assert "aligned" in stored["diagnostics"]
     lo, hi = stored["tasks"]["t2i"]["intervals"]["R@1"]
     assert lo <= stored["metrics"]["t2i/R@1"] <= hi
@@ -109,8 +128,14 @@ def test_result_files_skip_existing_and_per_query(tmp_path):
 
 def test_classification_on_synthetic_classes_requires_a_text_encoder(tmp_path):
     cfg = ExperimentConfig(
-        dataset="synthetic", dataset_params={**SYN, "n_classes": 5}, image_encoder=None, text_encoder=None,
-        task="classification", method="linear", store="exact", cache_dir=None,
+        dataset="synthetic",
+        dataset_params={**SYN, "n_classes": 5},
+        image_encoder=None,
+        text_encoder=None,
+        task="classification",
+        method="linear",
+        store="exact",
+        cache_dir=None,
     )
     with pytest.raises(ValueError, match="precomputed text provider cannot encode new text"):
         run_experiment(cfg, progress=False)
@@ -126,7 +151,11 @@ def test_class_vectors_ensemble_is_normalised_mean_of_normalised_prompts():
         np.testing.assert_allclose(got[c], w, atol=1e-6)
     import scipy.sparse as sp
 
-    np.testing.assert_allclose(class_vectors(sp.csr_matrix(np.abs(v)), 2, 3).toarray(), class_vectors(np.abs(v), 2, 3), atol=1e-6)
+    np.testing.assert_allclose(
+        class_vectors(sp.csr_matrix(np.abs(v)), 2, 3).toarray(),
+        class_vectors(np.abs(v), 2, 3),
+        atol=1e-6,
+    )
 
 
 # --------------------------------------------------------------------------- shapes (real encoders)
@@ -141,9 +170,15 @@ def shapes_setup(tmp_path_factory):
 def _shapes_config(setup, method, store, tmp_path, **kw):
     params = {"csa": {"eps": 1e-2, "sim_dim": 32}, "asif": {"non_zeros": 50}}.get(method, {})
     return ExperimentConfig(
-        dataset="shapes", dataset_params={"root": setup["root"], "n_images": 60, "size": 64, "seed": 1},
-        method=method, method_params=params, store=store, store_params=_store_params(store, tmp_path),
-        cache_dir=setup["cache"], k_values=(1, 5), **kw,
+        dataset="shapes",
+        dataset_params={"root": setup["root"], "n_images": 60, "size": 64, "seed": 1},
+        method=method,
+        method_params=params,
+        store=store,
+        store_params=_store_params(store, tmp_path),
+        cache_dir=setup["cache"],
+        k_values=(1, 5),
+        **kw,
     )
 
 
@@ -161,7 +196,9 @@ def test_every_method_and_store_on_shapes_with_real_encoders(shapes_setup, metho
 @pytest.mark.parametrize("ensemble", ["mean", "best"])
 def test_zero_shot_classification_on_shapes(shapes_setup, tmp_path, ensemble):
     res = run_experiment(
-        _shapes_config(shapes_setup, "linear", "faiss", tmp_path, task="classification", ensemble=ensemble),
+        _shapes_config(
+            shapes_setup, "linear", "faiss", tmp_path, task="classification", ensemble=ensemble
+        ),
         progress=False,
     )
     cls = res["tasks"]["classification"]
@@ -203,7 +240,10 @@ def test_resume_after_sigkill_equals_uninterrupted_run(tmp_path):
     out = tmp_path / "out"
     log1, log2 = tmp_path / "calls1.txt", tmp_path / "calls2.txt"
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
-    proc = subprocess.Popen([sys.executable, str(script), json.dumps(cfg.to_dict()), "0.15", str(log1), str(out)], env=env)
+    proc = subprocess.Popen(
+        [sys.executable, str(script), json.dumps(cfg.to_dict()), "0.15", str(log1), str(out)],
+        env=env,
+    )
     ckpt = out / ".checkpoints" / cfg.key() / "t2i"
     deadline = time.time() + 120
     while time.time() < deadline:
@@ -218,7 +258,11 @@ def test_resume_after_sigkill_equals_uninterrupted_run(tmp_path):
     n_done = len(list(ckpt.glob("*/batch_*.npz")))
     assert n_done >= 4
     # Resume: only the unfinished batches are searched again.
-    subprocess.run([sys.executable, str(script), json.dumps(cfg.to_dict()), "0", str(log2), str(out)], env=env, check=True)
+    subprocess.run(
+        [sys.executable, str(script), json.dumps(cfg.to_dict()), "0", str(log2), str(out)],
+        env=env,
+        check=True,
+    )
     n_queries = json.loads(next(out.glob("*.json")).read_text())["tasks"]["t2i"]["n_queries"]
     n_batches = -(-n_queries // 16)
     assert len(log2.read_text().split()) == n_batches - n_done
@@ -231,12 +275,14 @@ def test_resume_after_sigkill_equals_uninterrupted_run(tmp_path):
 
 
 def test_unknown_names_say_did_you_mean(tmp_path):
-    with pytest.raises(KeyError, match="unknown method 'csaa'. Did you mean 'csa'"):
+    with pytest.raises(KeyError, match=r"unknown method 'csaa'. Did you mean 'csa'"):
         run_experiment(_syn_config("csa", "exact", tmp_path).replace(method="csaa"), progress=False)
-    with pytest.raises(KeyError, match="unknown store 'fais'. Did you mean 'faiss'"):
+    with pytest.raises(KeyError, match=r"unknown store 'fais'. Did you mean 'faiss'"):
         run_experiment(_syn_config("csa", "exact", tmp_path).replace(store="fais"), progress=False)
-    with pytest.raises(KeyError, match="unknown dataset 'flickr'. Did you mean 'flickr30k'"):
-        run_experiment(_syn_config("csa", "exact", tmp_path).replace(dataset="flickr"), progress=False)
+    with pytest.raises(KeyError, match=r"unknown dataset 'flickr'. Did you mean 'flickr30k'"):
+        run_experiment(
+            _syn_config("csa", "exact", tmp_path).replace(dataset="flickr"), progress=False
+        )
 
 
 def test_sparse_space_too_large_for_a_densifying_store_names_native_stores(tmp_path):
@@ -246,21 +292,29 @@ def test_sparse_space_too_large_for_a_densifying_store_names_native_stores(tmp_p
 
 
 def test_n_support_larger_than_available(tmp_path):
-    with pytest.raises(ValueError, match=r"n_support=100000 is larger than the \d+ support pairs available"):
-        run_experiment(_syn_config("csa", "exact", tmp_path).replace(n_support=100_000), progress=False)
+    with pytest.raises(
+        ValueError, match=r"n_support=100000 is larger than the \d+ support pairs available"
+    ):
+        run_experiment(
+            _syn_config("csa", "exact", tmp_path).replace(n_support=100_000), progress=False
+        )
 
 
 def test_output_directory_that_cannot_be_written(tmp_path):
     blocker = tmp_path / "file"
     blocker.write_text("x")
-    with pytest.raises(PermissionError, match="output_dir .* cannot be written"):
-        run_experiment(_syn_config("csa", "exact", tmp_path), output_dir=blocker / "sub", progress=False)
+    with pytest.raises(PermissionError, match=r"output_dir .* cannot be written"):
+        run_experiment(
+            _syn_config("csa", "exact", tmp_path), output_dir=blocker / "sub", progress=False
+        )
 
 
 def test_config_file_with_unknown_key(tmp_path):
     p = tmp_path / "c.json"
     p.write_text(json.dumps({"method": "csa", "n_suport": 10}))
-    with pytest.raises(ValueError, match=r"unknown key\(s\) 'n_suport' \(did you mean 'n_support'\?\)"):
+    with pytest.raises(
+        ValueError, match=r"unknown key\(s\) 'n_suport' \(did you mean 'n_support'\?\)"
+    ):
         ExperimentConfig.from_file(p)
     y = tmp_path / "c.yaml"
     y.write_text("method: asif\nn_support: 50\nk_values: [1, 10]\n")
@@ -275,5 +329,5 @@ def test_config_validation_messages():
         ExperimentConfig(directions=("x2y",))
     with pytest.raises(ValueError, match=r"n_support must be in \[1, inf\], got 0"):
         ExperimentConfig(n_support=0)
-    with pytest.raises(ValueError, match="output template .* uses unknown field 'foo'"):
+    with pytest.raises(ValueError, match=r"output template .* uses unknown field 'foo'"):
         ExperimentConfig().output_name("{foo}.json")

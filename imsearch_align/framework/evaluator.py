@@ -285,7 +285,9 @@ class BenchmarkEvaluator:
         if len(pd.unique(qids)) != nq:
             raise ValueError("query_ids must be unique")
         if metadata is not None and not isinstance(metadata, pd.DataFrame):
-            raise TypeError(f"metadata must be a DataFrame indexed by query id, got {type(metadata).__name__}")
+            raise TypeError(
+                f"metadata must be a DataFrame indexed by query id, got {type(metadata).__name__}"
+            )
 
         t0 = time.perf_counter()
         outcomes = self._search_all(q, qids)
@@ -341,7 +343,9 @@ class BenchmarkEvaluator:
         """
         if not isinstance(df, pd.DataFrame):
             raise TypeError(f"df must be a pandas DataFrame, got {type(df).__name__}")
-        need = [query_col, query_id_col] + ([] if qrels is not None else [doc_id_col, relevance_col])
+        need = [query_col, query_id_col] + (
+            [] if qrels is not None else [doc_id_col, relevance_col]
+        )
         missing = [c for c in need if c not in df.columns]
         if missing:
             raise ValueError(
@@ -356,7 +360,11 @@ class BenchmarkEvaluator:
                 df, query_col=query_id_col, doc_col=doc_id_col, relevance_col=relevance_col
             )
         skip = {query_col, query_id_col, doc_id_col, relevance_col}
-        cols = [c for c in df.columns if c not in skip] if metadata_cols is None else list(metadata_cols)
+        cols = (
+            [c for c in df.columns if c not in skip]
+            if metadata_cols is None
+            else list(metadata_cols)
+        )
         md = first.set_index(query_id_col)[cols] if cols else None
         return self.evaluate(vectors, qrels, query_ids=qids, metadata=md)
 
@@ -519,7 +527,10 @@ def _pad(r: SearchResult, k: int) -> SearchResult:
     return SearchResult(
         np.pad(r.ids, ((0, 0), (0, pad)), constant_values=-1),
         np.pad(r.scores, ((0, 0), (0, pad)), constant_values=-np.inf),
-        {n: np.pad(v, ((0, 0), (0, pad)), constant_values=-np.inf) for n, v in r.extra_scores.items()},
+        {
+            n: np.pad(v, ((0, 0), (0, pad)), constant_values=-np.inf)
+            for n, v in r.extra_scores.items()
+        },
     )
 
 
@@ -549,7 +560,12 @@ class _Checkpoint:
         fd, tmp = tempfile.mkstemp(dir=self.root, suffix=".tmp")
         try:
             with os.fdopen(fd, "wb") as f:
-                np.savez(f, ids=r.ids, scores=r.scores, **{f"extra_{k}": v for k, v in r.extra_scores.items()})
+                np.savez(
+                    f,
+                    ids=r.ids,
+                    scores=r.scores,
+                    **{f"extra_{k}": v for k, v in r.extra_scores.items()},
+                )
                 f.flush()
                 os.fsync(f.fileno())
             os.replace(tmp, self._path(i))

@@ -104,7 +104,9 @@ class EmbeddingProvider(Protocol):
         """Output dimension."""
         ...
 
-    def encode(self, items: Sequence[Any], *, batch_size: int = 32, progress: bool = True) -> np.ndarray:
+    def encode(
+        self, items: Sequence[Any], *, batch_size: int = 32, progress: bool = True
+    ) -> np.ndarray:
         """Encode ``items`` into a ``(len(items), dim)`` float32 array."""
         ...
 

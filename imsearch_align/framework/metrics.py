@@ -71,7 +71,9 @@ def parse_measure(name: str) -> tuple[str, int]:
         return "HitRate", 1
     m = _MEASURE_RE.match(name) if isinstance(name, str) else None
     if m is None:
-        raise ValueError(f"measures: unknown measure {name!r}; expected one of {valid_measure_names()}")
+        raise ValueError(
+            f"measures: unknown measure {name!r}; expected one of {valid_measure_names()}"
+        )
     k = int(m.group(2))
     if not 1 <= k <= MAX_K:
         raise ValueError(f"measures: k in {name!r} must be in [1, {MAX_K}], got {k}")
@@ -89,7 +91,12 @@ def _as_id_array(values: Iterable, what: str) -> np.ndarray:
         return arr.astype(np.int64, copy=False)
     if arr.dtype.kind in "OUS":
         return arr.astype(object)
-    if arr.dtype.kind == "f" and arr.size and np.all(np.isfinite(arr)) and np.all(arr == np.round(arr)):
+    if (
+        arr.dtype.kind == "f"
+        and arr.size
+        and np.all(np.isfinite(arr))
+        and np.all(arr == np.round(arr))
+    ):
         return arr.astype(np.int64)
     raise TypeError(f"{what} must be integers or strings, got dtype {arr.dtype}")
 
@@ -144,10 +151,14 @@ class Qrels:
             )
         if not np.all(np.isfinite(r)):
             bad = int(np.flatnonzero(~np.isfinite(r))[0])
-            raise ValueError(f"Qrels: relevance must be finite, got {r[bad]} for query {_py(q[bad])!r}")
+            raise ValueError(
+                f"Qrels: relevance must be finite, got {r[bad]} for query {_py(q[bad])!r}"
+            )
         i = _first_duplicate_pair(q, d)
         if i is not None:
-            raise ValueError(f"Qrels: duplicate judgement for query {_py(q[i])!r}, doc {_py(d[i])!r}")
+            raise ValueError(
+                f"Qrels: duplicate judgement for query {_py(q[i])!r}, doc {_py(d[i])!r}"
+            )
         for name, arr in (("query_ids", q), ("doc_ids", d), ("relevance", r)):
             arr = arr.view()
             arr.setflags(write=False)
@@ -165,7 +176,9 @@ class Qrels:
     ) -> Qrels:
         """Build from a DataFrame with columns ``query_id, doc_id, relevance``."""
         if not isinstance(df, pd.DataFrame):
-            raise TypeError(f"Qrels.from_frame: df must be a pandas DataFrame, got {type(df).__name__}")
+            raise TypeError(
+                f"Qrels.from_frame: df must be a pandas DataFrame, got {type(df).__name__}"
+            )
         missing = [c for c in (query_col, doc_col, relevance_col) if c not in df.columns]
         if missing:
             raise ValueError(
@@ -317,7 +330,9 @@ class Run:
     ) -> Run:
         """Build from a long DataFrame with columns ``query_id, doc_id, score``."""
         if not isinstance(df, pd.DataFrame):
-            raise TypeError(f"Run.from_frame: df must be a pandas DataFrame, got {type(df).__name__}")
+            raise TypeError(
+                f"Run.from_frame: df must be a pandas DataFrame, got {type(df).__name__}"
+            )
         missing = [c for c in (query_col, doc_col, score_col) if c not in df.columns]
         if missing:
             raise ValueError(
@@ -333,7 +348,9 @@ class Run:
             i = int(np.flatnonzero(pd.DataFrame({"q": q, "d": d}).duplicated().to_numpy())[0])
             raise ValueError(f"Run: doc {_py(d[i])!r} appears twice for query {_py(q[i])!r}")
         if len(q) == 0:
-            return cls.from_arrays(np.array([], dtype=np.int64), np.zeros((0, 0), np.int64), np.zeros((0, 0)))
+            return cls.from_arrays(
+                np.array([], dtype=np.int64), np.zeros((0, 0), np.int64), np.zeros((0, 0))
+            )
         qcodes, uq = pd.factorize(q)
         # Sort by query, then score descending, then doc id ascending.
         dkey = d if d.dtype != object else pd.factorize(d, sort=True)[0]
@@ -400,7 +417,11 @@ def _unsorted_rows(d: np.ndarray, s: np.ndarray, empty: np.ndarray) -> np.ndarra
         r, c = np.divmod(tie, k - 1)
         a, b = d[r, c], d[r, c + 1]
         if d.dtype == object:
-            down = np.array([x > y for x, y in zip(a.tolist(), b.tolist())], dtype=bool) if len(a) else a
+            down = (
+                np.array([x > y for x, y in zip(a.tolist(), b.tolist())], dtype=bool)
+                if len(a)
+                else a
+            )
         else:
             down = a > b
         bad[r[np.asarray(down, dtype=bool)]] = True
@@ -415,7 +436,10 @@ def _unsorted_rows(d: np.ndarray, s: np.ndarray, empty: np.ndarray) -> np.ndarra
             rr, cc = np.nonzero(te)
             de = d[er]
             if d.dtype == object:
-                dn = np.array([x > y for x, y in zip(de[rr, cc].tolist(), de[rr, cc + 1].tolist())], dtype=bool)
+                dn = np.array(
+                    [x > y for x, y in zip(de[rr, cc].tolist(), de[rr, cc + 1].tolist())],
+                    dtype=bool,
+                )
             else:
                 dn = de[rr, cc] > de[rr, cc + 1]
             bad_e[rr[dn], cc[dn]] = True
@@ -428,7 +452,11 @@ def _sort_rows(d: np.ndarray, s: np.ndarray, empty: np.ndarray):
     nq, k = d.shape
     rows = np.repeat(np.arange(nq), k)
     dflat = d.ravel()
-    dkey = dflat if d.dtype != object else pd.factorize(np.where(empty.ravel(), "", dflat), sort=True)[0]
+    dkey = (
+        dflat
+        if d.dtype != object
+        else pd.factorize(np.where(empty.ravel(), "", dflat), sort=True)[0]
+    )
     # Keys, last is primary: row, then hits before no-hits, score desc, doc asc.
     order = np.lexsort((dkey, -s.ravel(), empty.ravel(), rows)).reshape(nq, k)
     cols = order - (np.arange(nq) * k)[:, None]
@@ -671,7 +699,9 @@ def _measures_from_hits(
         else:  # nDCG: graded gains, all positive judgements count
             w = hits.cols < k
             dcg = np.bincount(
-                hits.rows[w], weights=hits.gains[w] / np.log2(hits.cols[w] + 2.0), minlength=n_queries
+                hits.rows[w],
+                weights=hits.gains[w] / np.log2(hits.cols[w] + 2.0),
+                minlength=n_queries,
             )
             idcg = ideal_dcg[k]
             v = np.where(idcg > 0, dcg / np.where(idcg > 0, idcg, 1.0), 0.0)
@@ -723,7 +753,12 @@ def compute_measures(
         cut = ideal[:, :k]
         idcg[k] = cut @ disc[: cut.shape[1]]
     return _measures_from_hits(
-        _Hits.from_dense(gain), nq, np.asarray(n_relevant, dtype=np.float64), idcg, measures, relevance_level
+        _Hits.from_dense(gain),
+        nq,
+        np.asarray(n_relevant, dtype=np.float64),
+        idcg,
+        measures,
+        relevance_level,
     )
 
 
@@ -732,9 +767,9 @@ def _n_relevant(qrels: Qrels, relevance_level: float | None) -> np.ndarray:
     if relevance_level is None:
         return np.bincount(qrels._positive[0], minlength=nQ).astype(np.float64)
     keep = qrels.relevance >= relevance_level
-    return np.bincount(
-        _index_of(qrels.queries, qrels.query_ids[keep]), minlength=nQ
-    ).astype(np.float64)
+    return np.bincount(_index_of(qrels.queries, qrels.query_ids[keep]), minlength=nQ).astype(
+        np.float64
+    )
 
 
 def evaluate(

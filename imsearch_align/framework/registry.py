@@ -15,12 +15,12 @@ from typing import Any, TypeVar
 
 __all__ = [
     "DATASETS",
-    "UnknownNameError",
     "ENCODERS",
     "METHODS",
     "PERTURBATIONS",
     "STORES",
     "Registry",
+    "UnknownNameError",
 ]
 
 T = TypeVar("T")
@@ -86,7 +86,9 @@ class Registry:
             valid = sorted(self._entries)
             close = difflib.get_close_matches(str(name), valid, n=3, cutoff=0.5)
             hint = f" Did you mean {', '.join(repr(c) for c in close)}?" if close else ""
-            broken = "".join(f"; module {m} failed to import ({e})" for m, e in self._failed.items())
+            broken = "".join(
+                f"; module {m} failed to import ({e})" for m, e in self._failed.items()
+            )
             raise UnknownNameError(
                 f"unknown {self.kind} {name!r}.{hint} Valid names: {', '.join(valid) or '(none)'}{broken}"
             ) from None

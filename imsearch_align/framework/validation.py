@@ -48,7 +48,9 @@ def check_matrix(
 
         m = sp.csr_matrix(x, dtype=dtype)
         if not np.all(np.isfinite(m.data)):
-            row = int(np.searchsorted(m.indptr, np.flatnonzero(~np.isfinite(m.data))[0], "right") - 1)
+            row = int(
+                np.searchsorted(m.indptr, np.flatnonzero(~np.isfinite(m.data))[0], "right") - 1
+            )
             raise ValueError(f"{name} must be finite, got NaN or inf in row {row}")
     else:
         try:

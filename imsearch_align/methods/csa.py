@@ -149,7 +149,11 @@ class CSA(AlignmentBase):
         high = min(dx, dy, n - 1)
         if high < 1:
             raise ValueError(f"CSA needs at least 2 support pairs, got {n}")
-        sim_dim = min(DEFAULT_SIM_DIM, high) if self.sim_dim is None else check_int(self.sim_dim, "sim_dim")
+        sim_dim = (
+            min(DEFAULT_SIM_DIM, high)
+            if self.sim_dim is None
+            else check_int(self.sim_dim, "sim_dim")
+        )
         if not 1 <= sim_dim <= high:
             hint = ""
             if high == n - 1 and n - 1 < min(dx, dy):

@@ -14,7 +14,13 @@ from imsearch_align.framework.metrics import bootstrap_ci, parse_measure
 pytrec_eval = pytest.importorskip("pytrec_eval")
 
 KS = (1, 5, 10, 100)
-TREC = {"P": "P_{k}", "R": "recall_{k}", "nDCG": "ndcg_cut_{k}", "AP": "map_cut_{k}", "HitRate": "success_{k}"}
+TREC = {
+    "P": "P_{k}",
+    "R": "recall_{k}",
+    "nDCG": "ndcg_cut_{k}",
+    "AP": "map_cut_{k}",
+    "HitRate": "success_{k}",
+}
 
 
 def _random_case(seed: int, nq: int = 250, ndoc: int = 400, depth: int = 100):
@@ -56,7 +62,9 @@ def test_every_measure_matches_trec_eval(seed):
     )
     ref = ev.evaluate(_trec_run(ids, scores, nq))
     measures = [f"{f}@{k}" for f in TREC for k in KS]
-    res = evaluate(Run.from_arrays([f"q{q}" for q in range(nq)], ids, scores), Qrels.from_dict(qrels), measures)
+    res = evaluate(
+        Run.from_arrays([f"q{q}" for q in range(nq)], ids, scores), Qrels.from_dict(qrels), measures
+    )
     pq = res.per_query.set_index("query_id")
     for m in measures:
         fam, k = parse_measure(m)
@@ -73,7 +81,9 @@ def test_rr_at_k_matches_trec_recip_rank_on_truncated_run(k):
     run = Run.from_arrays([f"q{q}" for q in range(nq)], ids, scores)
     trunc = {}
     for q in range(nq):
-        trunc[f"q{q}"] = {d: float(s) for d, s in zip(run.doc_ids[q, :k], run.scores[q, :k]) if d != -1}
+        trunc[f"q{q}"] = {
+            d: float(s) for d, s in zip(run.doc_ids[q, :k], run.scores[q, :k]) if d != -1
+        }
     ref = pytrec_eval.RelevanceEvaluator(qrels, {"recip_rank"}).evaluate(trunc)
     got = evaluate(run, Qrels.from_dict(qrels), [f"RR@{k}"]).per_query.set_index("query_id")
     want = np.array([ref[f"q{q}"]["recip_rank"] for q in range(nq)])
@@ -83,10 +93,14 @@ def test_rr_at_k_matches_trec_recip_rank_on_truncated_run(k):
 def test_int_ids_from_arrays_equal_string_ids_from_frame():
     qrels, ids, scores = _random_case(4, nq=60)
     measures = ["P@5", "nDCG@10", "AP@100", "RR@10", "R@10", "HitRate@5", "Accuracy"]
-    a = evaluate(Run.from_arrays([f"q{q}" for q in range(60)], ids, scores), Qrels.from_dict(qrels), measures)
+    a = evaluate(
+        Run.from_arrays([f"q{q}" for q in range(60)], ids, scores), Qrels.from_dict(qrels), measures
+    )
     # Same data as a long frame with integer ids.
     rows = [(q, int(d[1:]), s) for q in range(60) for d, s in zip(ids[q], scores[q]) if d != -1]
-    run_df = pd.DataFrame(rows, columns=["query_id", "doc_id", "score"]).sample(frac=1, random_state=0)
+    run_df = pd.DataFrame(rows, columns=["query_id", "doc_id", "score"]).sample(
+        frac=1, random_state=0
+    )
     qrows = [(int(q[1:]), int(d[1:]), r) for q, docs in qrels.items() for d, r in docs.items()]
     q_df = pd.DataFrame(qrows, columns=["query_id", "doc_id", "relevance"])
     b = evaluate(Run.from_frame(run_df), Qrels.from_frame(q_df), measures)
@@ -110,7 +124,9 @@ def test_ties_are_broken_by_ascending_doc_id():
 
 
 def test_ties_with_string_ids_and_order_of_input_irrelevant():
-    run_a = Run.from_arrays(["q"], np.array([["b", "a", "c"]], dtype=object), np.array([[1.0, 1.0, 2.0]]))
+    run_a = Run.from_arrays(
+        ["q"], np.array([["b", "a", "c"]], dtype=object), np.array([[1.0, 1.0, 2.0]])
+    )
     assert run_a.doc_ids.tolist() == [["c", "a", "b"]]
     df = pd.DataFrame({"query_id": ["q"] * 3, "doc_id": ["a", "c", "b"], "score": [1.0, 2.0, 1.0]})
     assert Run.from_frame(df).doc_ids.tolist() == [["c", "a", "b"]]
@@ -147,7 +163,9 @@ def test_run_query_absent_from_qrels_is_ignored_and_reported():
 
 def test_precision_divides_by_k_even_when_fewer_results():
     qrels = Qrels.from_pairs([1, 1], [5, 6])
-    run = Run.from_arrays([1], np.array([[5, 6, -1, -1, -1]]), np.array([[2.0, 1.0, -np.inf, -np.inf, -np.inf]]))
+    run = Run.from_arrays(
+        [1], np.array([[5, 6, -1, -1, -1]]), np.array([[2.0, 1.0, -np.inf, -np.inf, -np.inf]])
+    )
     res = evaluate(run, qrels, ["P@5", "P@10", "R@5", "AP@5"]).mean()
     assert res["P@5"] == pytest.approx(2 / 5)
     assert res["P@10"] == pytest.approx(2 / 10)
@@ -157,7 +175,7 @@ def test_precision_divides_by_k_even_when_fewer_results():
 def test_ndcg_ideal_comes_from_qrels_not_the_returned_list():
     # 10 relevant docs, only one retrieved, at rank 1 (imsearch_eval reports 1.0 here).
     qrels = Qrels.from_pairs([0] * 10, list(range(10)))
-    run = Run.from_arrays([0], np.array([[3] + list(range(100, 109))]), np.linspace(1, 0, 10)[None])
+    run = Run.from_arrays([0], np.array([[3, *range(100, 109)]]), np.linspace(1, 0, 10)[None])
     idcg = sum(1 / math.log2(i + 2) for i in range(10))
     assert evaluate(run, qrels, ["nDCG@10"]).mean()["nDCG@10"] == pytest.approx(1 / idcg)
 
@@ -175,7 +193,9 @@ def test_graded_ndcg_by_hand():
 
 
 def test_negative_relevance_is_not_relevant():
-    qrels = Qrels.from_frame(pd.DataFrame({"query_id": [0, 0], "doc_id": [1, 2], "relevance": [-2, 1]}))
+    qrels = Qrels.from_frame(
+        pd.DataFrame({"query_id": [0, 0], "doc_id": [1, 2], "relevance": [-2, 1]})
+    )
     run = Run.from_arrays([0], np.array([[1, 2]]), np.array([[2.0, 1.0]]))
     res = evaluate(run, qrels, ["P@1", "nDCG@2", "RR@2"]).mean()
     assert res["P@1"] == 0 and res["RR@2"] == 0.5
@@ -191,7 +211,11 @@ def test_no_hit_cells_are_not_relevant_and_sort_last():
 
 def test_accuracy_equals_hitrate_at_1():
     qrels, ids, scores = _random_case(5, nq=50)
-    r = evaluate(Run.from_arrays([f"q{q}" for q in range(50)], ids, scores), Qrels.from_dict(qrels), ["Accuracy", "HitRate@1"])
+    r = evaluate(
+        Run.from_arrays([f"q{q}" for q in range(50)], ids, scores),
+        Qrels.from_dict(qrels),
+        ["Accuracy", "HitRate@1"],
+    )
     np.testing.assert_array_equal(r.values["Accuracy"], r.values["HitRate@1"])
 
 
@@ -205,7 +229,7 @@ def test_inputs_are_not_mutated():
 def test_bootstrap_interval_is_seeded_and_brackets_the_mean():
     v = np.random.default_rng(0).random((500, 2))
     lo1, hi1 = bootstrap_ci(v, seed=3)
-    lo2, hi2 = bootstrap_ci(v, seed=3)
+    lo2, _ = bootstrap_ci(v, seed=3)
     np.testing.assert_array_equal(lo1, lo2)
     assert np.all(lo1 < v.mean(0)) and np.all(v.mean(0) < hi1)
     # Normal approximation: half-width ~ 1.96 * sd / sqrt(n).
@@ -267,7 +291,11 @@ def test_compare_and_hash_lookup_paths_agree():
             qq.append(q), dd.append(int(d)), rr.append(int(rng.integers(0, 4)))
         qq.append(q), dd.append(2000 + q), rr.append(1)  # relevant, never retrieved
     measures = ["P@5", "R@50", "nDCG@10", "AP@50", "RR@50", "HitRate@1"]
-    a = evaluate(Run.from_arrays(np.arange(nq), ids, scores), Qrels(np.array(qq), np.array(dd), np.array(rr)), measures)
+    a = evaluate(
+        Run.from_arrays(np.arange(nq), ids, scores),
+        Qrels(np.array(qq), np.array(dd), np.array(rr)),
+        measures,
+    )
     b = evaluate(
         Run.from_arrays(np.arange(nq), ids.astype(str).astype(object), scores),
         Qrels(np.array(qq), np.array(dd).astype(str).astype(object), np.array(rr)),

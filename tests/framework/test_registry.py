@@ -31,7 +31,9 @@ def test_unknown_name_did_you_mean_and_valid_list():
     r = Registry("method")
     for n in ("csa", "asif", "cka"):
         r.register(n)(type(n, (), {}))
-    with pytest.raises(KeyError, match=r"unknown method 'cas'. Did you mean 'csa'.*Valid names: asif, cka, csa"):
+    with pytest.raises(
+        KeyError, match=r"unknown method 'cas'. Did you mean 'csa'.*Valid names: asif, cka, csa"
+    ):
         r.get("cas")
     with pytest.raises(KeyError, match=r"unknown method 'zzz'. Valid names"):
         r.get("zzz")
@@ -56,14 +58,15 @@ def test_empty_name_rejected():
         Registry("x").register("")
 
 
-
 def test_a_broken_plugin_module_does_not_hide_the_others(tmp_path, monkeypatch):
     import sys
     import types
 
     reg = Registry("store", builtin_modules=("good_plugin_mod", "missing_plugin_mod"))
     monkeypatch.setitem(sys.modules, "_registry_holder2", types.SimpleNamespace(REG=reg))
-    (tmp_path / "good_plugin_mod.py").write_text("from _registry_holder2 import REG\nREG.register('ok')(int)\n")
+    (tmp_path / "good_plugin_mod.py").write_text(
+        "from _registry_holder2 import REG\nREG.register('ok')(int)\n"
+    )
     monkeypatch.syspath_prepend(str(tmp_path))
     assert reg.names() == ["ok"]
     with pytest.raises(KeyError, match="module missing_plugin_mod failed to import"):
