@@ -958,33 +958,9 @@ def cmd_list(args: argparse.Namespace) -> int:
 
 
 def _versions() -> dict[str, str]:
-    from importlib import metadata
+    from imsearch_align.experiment import package_versions
 
-    out = {}
-    for pkg in (
-        "imsearch-align",
-        "numpy",
-        "scipy",
-        "pandas",
-        "scikit-learn",
-        "faiss-cpu",
-        "faiss-gpu",
-        "pymilvus",
-        "milvus-lite",
-        "milvus",
-        "torch",
-        "transformers",
-        "sentence-transformers",
-        "cca-zoo",
-        "pyarrow",
-        "matplotlib",
-        "threadpoolctl",
-    ):
-        try:
-            out[pkg] = metadata.version(pkg)
-        except metadata.PackageNotFoundError:
-            continue
-    return out
+    return package_versions()
 
 
 def _gflops(fn: Any, n: int, flops: float | None = None, repeats: int = 3) -> float:

@@ -314,30 +314,45 @@ def _git_commit() -> str | None:
         return None
 
 
-def environment() -> dict[str, Any]:
-    """Package versions, machine, BLAS and threads, GPU, git commit."""
+#: Packages whose versions a result records (and ``imsearch-align doctor`` shows).
+KEY_PACKAGES = (
+    "imsearch-align",
+    "numpy",
+    "scipy",
+    "pandas",
+    "scikit-learn",
+    "faiss-cpu",
+    "faiss-gpu",
+    "pymilvus",
+    "milvus-lite",
+    "milvus",
+    "lancedb",
+    "torch",
+    "transformers",
+    "sentence-transformers",
+    "cca-zoo",
+    "pyarrow",
+    "matplotlib",
+    "sacrebleu",
+)
+
+
+def package_versions() -> dict[str, str]:
+    """Installed versions of :data:`KEY_PACKAGES` (absent ones left out)."""
     from importlib import metadata
 
     versions = {}
-    for pkg in (
-        "imsearch-align",
-        "numpy",
-        "scipy",
-        "pandas",
-        "scikit-learn",
-        "faiss-cpu",
-        "faiss-gpu",
-        "pymilvus",
-        "milvus-lite",
-        "torch",
-        "transformers",
-        "sentence-transformers",
-        "cca-zoo",
-    ):
+    for pkg in KEY_PACKAGES:
         try:
             versions[pkg] = metadata.version(pkg)
         except metadata.PackageNotFoundError:
             continue
+    return versions
+
+
+def environment() -> dict[str, Any]:
+    """Package versions, machine, BLAS and threads, GPU, git commit."""
+    versions = package_versions()
     env: dict[str, Any] = {
         "versions": versions,
         "python": platform.python_version(),
