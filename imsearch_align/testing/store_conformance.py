@@ -113,17 +113,22 @@ def clustered_vectors(
 ) -> tuple[np.ndarray, np.ndarray]:
     """Unit-norm float32 vectors around ``n_clusters`` random centres, and queries.
 
-    Queries are noisy copies of random stored rows (re-normalised), so their
-    true neighbours sit in one cluster, as real embeddings do.
+    Centres are random unit vectors; a document is its centre plus isotropic
+    noise of expected norm ``noise`` (so its cosine to the centre is about
+    ``1 / sqrt(1 + noise**2)`` in any dimension), re-normalised. Queries are
+    stored rows plus noise of expected norm ``noise / 2``, re-normalised, so
+    their true neighbours sit in one cluster, as real embeddings do.
 
     Returns:
         ``(docs (n, dim), queries (n_queries, dim))``.
     """
     rng = np.random.default_rng(seed)
     centres = rng.standard_normal((n_clusters, dim))
-    x = centres[rng.integers(0, n_clusters, n)] + noise * rng.standard_normal((n, dim))
+    centres /= np.linalg.norm(centres, axis=1, keepdims=True)
+    scale = 1.0 / np.sqrt(dim)  # per-coordinate sd giving noise vectors of norm ~1
+    x = centres[rng.integers(0, n_clusters, n)] + noise * scale * rng.standard_normal((n, dim))
     x /= np.linalg.norm(x, axis=1, keepdims=True)
-    q = x[rng.integers(0, n, n_queries)] + 0.5 * noise * rng.standard_normal((n_queries, dim))
+    q = x[rng.integers(0, n, n_queries)] + 0.5 * noise * scale * rng.standard_normal((n_queries, dim))
     if n_queries:
         q /= np.linalg.norm(q, axis=1, keepdims=True)
     return x.astype(np.float32), q.astype(np.float32)
