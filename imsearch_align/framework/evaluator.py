@@ -290,11 +290,11 @@ class BenchmarkEvaluator:
             )
 
         t0 = time.perf_counter()
-        outcomes = self._search_all(q, qids)
+        outcomes, asm = self._search_all(q, qids)
         t_search = time.perf_counter() - t0
 
         t1 = time.perf_counter()
-        result, nan_queries = self._score(outcomes, q, qids, qrels, metadata)
+        result, nan_queries = self._score(outcomes, asm, q, qids, qrels, metadata)
         t_metrics = time.perf_counter() - t1
         lat = np.array([o.latency_s for o in outcomes if o.result is not None]) * 1e3
         total = time.perf_counter() - t0
@@ -391,8 +391,9 @@ class BenchmarkEvaluator:
             return _BatchOutcome(index, res, lat)
         return _BatchOutcome(index, None, float("nan"), last_err)
 
-    def _search_all(self, q: Any, qids: np.ndarray) -> list[_BatchOutcome]:
+    def _search_all(self, q: Any, qids: np.ndarray) -> tuple[list[_BatchOutcome], _Assembly]:
         spans = self._batches(q.shape[0])
+        asm = _Assembly(q.shape[0], self.k)
         ckpt = self._checkpoint(q, qids)
         outcomes: list[_BatchOutcome | None] = [None] * len(spans)
         todo = []
@@ -400,6 +401,7 @@ class BenchmarkEvaluator:
             saved = ckpt.load(i) if ckpt is not None else None
             if saved is not None:
                 outcomes[i] = _BatchOutcome(i, saved, float("nan"))
+                asm.place(spans[i], saved)
             else:
                 todo.append(i)
         bar = _progress(len(spans), self.progress, desc=f"search {self.collection}")
@@ -409,9 +411,13 @@ class BenchmarkEvaluator:
         def work(i: int) -> _BatchOutcome:
             s, e = spans[i]
             out = self._search_one(i, q[s:e])
-            if out.result is not None and ckpt is not None:
-                with lock:
-                    ckpt.save(i, out.result)
+            if out.result is not None:
+                # Each worker copies its rows into place: the assembly runs in
+                # parallel with the other searches instead of after them.
+                asm.place(spans[i], out.result)
+                if ckpt is not None:
+                    with lock:
+                        ckpt.save(i, out.result)
             return out
 
         if todo:
@@ -422,7 +428,7 @@ class BenchmarkEvaluator:
                     outcomes[out.index] = out
                     bar.update(1)
         bar.close()
-        return [o for o in outcomes if o is not None]
+        return [o for o in outcomes if o is not None], asm
 
     def _checkpoint(self, q: Any, qids: np.ndarray) -> _Checkpoint | None:
         if self.checkpoint_dir is None:
@@ -441,6 +447,7 @@ class BenchmarkEvaluator:
     def _score(
         self,
         outcomes: list[_BatchOutcome],
+        asm: _Assembly,
         q: Any,
         qids: np.ndarray,
         qrels: Qrels,
@@ -448,7 +455,6 @@ class BenchmarkEvaluator:
     ) -> tuple[BenchmarkResult, np.ndarray]:
         spans = self._batches(q.shape[0])
         ok_rows: list[np.ndarray] = []
-        parts: list[SearchResult] = []
         errors: dict[Any, str] = {}
         for o in sorted(outcomes, key=lambda o: o.index):
             s, e = spans[o.index]
@@ -457,15 +463,9 @@ class BenchmarkEvaluator:
                     errors[_jsonable(qid)] = o.error or "unknown error"
                 continue
             ok_rows.append(np.arange(s, e))
-            parts.append(o.result)
-        if parts:
-            k = max(p.k for p in parts)
-            parts = [_pad(p, k) for p in parts]
-            res = SearchResult.concat(parts)
-            rows = np.concatenate(ok_rows)
-        else:
-            res = SearchResult(np.zeros((0, self.k), np.int64), np.zeros((0, self.k), np.float32))
-            rows = np.zeros(0, np.int64)
+        rows = np.concatenate(ok_rows) if ok_rows else np.zeros(0, np.int64)
+        all_ok = len(rows) == q.shape[0]
+        res = asm.result() if all_ok else asm.result(rows)
         # NaN scores: name the queries, score the rest, keep everything.
         nan_rows = np.zeros(len(rows), dtype=bool)
         if np.isnan(res.scores).any():
@@ -475,7 +475,7 @@ class BenchmarkEvaluator:
             errors[_jsonable(qid)] = "NaN score"
         keep = ~nan_rows
         if keep.all():  # the common case: no copies of the (nq, k) arrays
-            run = Run.from_arrays(qids[rows], res.ids, res.scores, copy=len(parts) == 1)
+            run = Run.from_arrays(qids[rows], res.ids, res.scores, copy=not all_ok)
         else:
             run = Run.from_arrays(qids[rows[keep]], res.ids[keep], res.scores[keep])
         failed = np.asarray(list(errors), dtype=object)
@@ -520,18 +520,40 @@ class BenchmarkEvaluator:
         return out
 
 
-def _pad(r: SearchResult, k: int) -> SearchResult:
-    if r.k == k:
-        return r
-    pad = k - r.k
-    return SearchResult(
-        np.pad(r.ids, ((0, 0), (0, pad)), constant_values=-1),
-        np.pad(r.scores, ((0, 0), (0, pad)), constant_values=-np.inf),
-        {
-            n: np.pad(v, ((0, 0), (0, pad)), constant_values=-np.inf)
-            for n, v in r.extra_scores.items()
-        },
-    )
+class _Assembly:
+    """The ``(nq, k)`` result arrays, filled batch by batch by the workers.
+
+    Rows a store did not fill (fewer than ``k`` hits) are padded with ``-1``
+    and ``-inf``; extra score columns are allocated when first seen.
+    """
+
+    def __init__(self, nq: int, k: int) -> None:
+        self.k = k
+        self.ids = np.empty((nq, k), dtype=np.int64)
+        self.scores = np.empty((nq, k), dtype=np.float32)
+        self.extra: dict[str, np.ndarray] = {}
+        self._lock = threading.Lock()
+
+    def place(self, span: tuple[int, int], r: SearchResult) -> None:
+        s, e = span
+        w = min(r.k, self.k)
+        self.ids[s:e, :w] = r.ids[:, :w]
+        self.scores[s:e, :w] = r.scores[:, :w]
+        if w < self.k:
+            self.ids[s:e, w:] = -1
+            self.scores[s:e, w:] = -np.inf
+        for name, col in r.extra_scores.items():
+            with self._lock:
+                if name not in self.extra:
+                    self.extra[name] = np.full(self.ids.shape, -np.inf, dtype=np.float32)
+            self.extra[name][s:e, :w] = np.asarray(col)[:, :w]
+
+    def result(self, rows: np.ndarray | None = None) -> SearchResult:
+        if rows is None:
+            return SearchResult(self.ids, self.scores, dict(self.extra))
+        return SearchResult(
+            self.ids[rows], self.scores[rows], {n: v[rows] for n, v in self.extra.items()}
+        )
 
 
 class _Checkpoint:
