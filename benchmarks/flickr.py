@@ -23,7 +23,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from imsearch_align.experiment import ExperimentConfig, make_encoder, run_experiment
+from imsearch_align.experiment import ExperimentConfig, run_experiment, shared_encoder
 
 DEFAULT_IMAGE_ENCODER = ("hf-image", {"model": "facebook/dinov2-base"})
 DEFAULT_TEXT_ENCODER = (
@@ -241,8 +241,8 @@ def _dims(base: ExperimentConfig) -> tuple[int, int]:
         _, ip, tp = load_dataset(base)
         return int(ip.dim), int(tp.dim)
     return (
-        int(make_encoder(base.image_encoder, "image", base.image_encoder_params).dim),
-        int(make_encoder(base.text_encoder, "text", base.text_encoder_params).dim),
+        int(shared_encoder(base.image_encoder, "image", base.image_encoder_params).dim),
+        int(shared_encoder(base.text_encoder, "text", base.text_encoder_params).dim),
     )
 
 

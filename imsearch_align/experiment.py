@@ -39,6 +39,7 @@ __all__ = [
     "ExperimentConfig",
     "make_encoder",
     "run_experiment",
+    "shared_encoder",
     "sweep",
 ]
 
@@ -240,9 +241,9 @@ def load_dataset(config: ExperimentConfig):
     loaded = DATASETS.get(config.dataset)(**config.dataset_params)
     ds, img_p, txt_p = _unpack(loaded)
     if config.image_encoder is not None:
-        img_p = make_encoder(config.image_encoder, "image", config.image_encoder_params)
+        img_p = shared_encoder(config.image_encoder, "image", config.image_encoder_params)
     if config.text_encoder is not None:
-        txt_p = make_encoder(config.text_encoder, "text", config.text_encoder_params)
+        txt_p = shared_encoder(config.text_encoder, "text", config.text_encoder_params)
     if img_p is None or txt_p is None:
         side = "image_encoder" if img_p is None else "text_encoder"
         raise ValueError(
@@ -256,6 +257,18 @@ def _unpack(loaded: Any):
     if isinstance(loaded, tuple) and len(loaded) == 3:
         return loaded[0], loaded[1], loaded[2]
     return loaded, None, None
+
+
+_ENCODERS_IN_USE: dict[str, Any] = {}
+
+
+def shared_encoder(name: str, modality: str, params: Mapping[str, Any] | None = None) -> Any:
+    """Like :func:`make_encoder`, but one instance per (name, modality,
+    params) in this process, so a sweep loads each model once."""
+    key = json.dumps([name, modality, dict(params or {})], sort_keys=True, default=str)
+    if key not in _ENCODERS_IN_USE:
+        _ENCODERS_IN_USE[key] = make_encoder(name, modality, params)
+    return _ENCODERS_IN_USE[key]
 
 
 def make_encoder(name: str, modality: str, params: Mapping[str, Any] | None = None) -> Any:

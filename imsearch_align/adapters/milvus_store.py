@@ -110,6 +110,23 @@ def _redact_uri(uri: str) -> str:
     return uri
 
 
+class _LiteUnimplementedFilter(logging.Filter):
+    """Drop the in-process Lite server's log of RPCs it does not implement.
+
+    pymilvus asks for a timestamp (``AllocTimestamp``) while it waits for an
+    index; Milvus Lite does not implement that RPC, pymilvus carries on, but
+    gRPC's server logs a full traceback at ERROR each time. Only that exact
+    record is dropped; every other server error still shows.
+    """
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        exc = record.exc_info[1] if record.exc_info else None
+        return not (isinstance(exc, NotImplementedError) and "not implemented" in str(exc))
+
+
+_LITE_LOG_FILTER = _LiteUnimplementedFilter()
+
+
 def _is_lite_uri(uri: str) -> bool:
     return uri.endswith(".db") or (not re.match(r"^[a-z]+://", uri) and Path(uri).is_dir())
 
@@ -290,6 +307,7 @@ class MilvusStore:
                 raise ImportError(
                     "a local Milvus Lite uri needs milvus-lite: pip install 'imsearch-align[milvus]'"
                 ) from exc
+            logging.getLogger("grpc._server").addFilter(_LITE_LOG_FILTER)  # idempotent
             path = os.path.abspath(self.uri)
             if not Path(path).parent.is_dir():
                 raise FileNotFoundError(f"uri: the parent directory of {self.uri!r} does not exist")
