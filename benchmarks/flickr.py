@@ -222,13 +222,22 @@ def main(argv: list[str] | None = None) -> int:
         df = load_results([r["path"] for r in ok])
         df.to_csv(out / "benchmark.csv", index=False)
         (out / "leaderboard.md").write_text(to_markdown(df))
+        # Quality does not depend on an exact store: one curve per method, from
+        # the first store; throughput against quality compares the stores.
+        first = ok[0].get("store_label")
+        curve = [r for r in ok if r.get("store_label") == first]
         png = learning_curve(
-            ok,
+            curve,
             metric="t2i/R@1",
             out_path=out / "learning_curve_t2i_R@1.png",
-            title=f"{ok[0]['dataset']['name']}: text-to-image R@1 vs support pairs",
+            title=f"{ok[0]['dataset']['name']}: text-to-image R@1 vs support pairs ({first})",
         )
         print(f"learning curve: {png}")
+        if len({r.get("store_label") for r in ok}) > 1:
+            from imsearch_align.plots import recall_vs_qps
+
+            qps_png = recall_vs_qps(ok, out_path=out / "recall_vs_qps_t2i.png", metric="t2i/R@10")
+            print(f"stores:         {qps_png}")
         print(f"leaderboard:    {out / 'leaderboard.md'} (CSV: {out / 'benchmark.csv'})")
     return 0 if len(ok) == len(results) else 1
 
