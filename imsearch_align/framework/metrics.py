@@ -636,81 +636,116 @@ def _duplicate_error(qid) -> ValueError:
     return ValueError(f"Run: a relevant doc appears twice in the ranking of query {_py(qid)!r}")
 
 
+class _HitFinder:
+    """Finds the positive judgements of ``qrels`` in blocks of ranked doc ids.
+
+    Built once per qrels; :meth:`find` is called on row blocks (the whole
+    run, or each search batch as it arrives) and is thread-safe.
+
+    Two strategies: with integer ids and at most 8 relevant docs per query,
+    each relevant id is compared with its query's row (``r_max`` passes over
+    an int32 cache-sized block, no hashing); otherwise run ids are hashed
+    into the vocabulary of relevant docs and looked up by ``(query, doc)`` key.
+    """
+
+    BLOCK_CELLS = 4096 * 128
+
+    def __init__(self, qrels: Qrels, *, object_ids: bool = False) -> None:
+        jq, jd, jg = qrels._positive
+        self.queries = qrels.queries
+        nQ = len(self.queries)
+        self.empty = len(jq) == 0
+        counts = np.bincount(jq, minlength=nQ) if len(jq) else np.zeros(nQ, dtype=np.int64)
+        self.r_max = int(counts.max()) if nQ else 0
+        self.compare = not self.empty and not object_ids and jd.dtype != object and self.r_max <= 8
+        if self.empty:
+            return
+        if self.compare:
+            starts = np.concatenate([[0], np.cumsum(counts)[:-1]])
+            rank = np.arange(len(jq)) - starts[jq]
+            self.rel_doc = np.full((nQ, self.r_max), -2, dtype=np.int64)  # -2 never matches
+            self.rel_g = np.zeros((nQ, self.r_max))
+            self.rel_doc[jq, rank] = jd
+            self.rel_g[jq, rank] = jg
+            self.rel_doc32 = self.rel_doc.astype(np.int32) if jd.max() < 2**31 - 1 else None
+        else:
+            self.dvocab = pd.Index(pd.unique(jd))
+            self.nv = len(self.dvocab)
+            jkey = jq.astype(np.int64) * self.nv + self.dvocab.get_indexer(jd)
+            order = np.argsort(jkey, kind="stable")
+            self.jkey, self.jg = jkey[order], jg[order]
+
+    def find(self, qrows: np.ndarray, D: np.ndarray) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
+        """Hits of ``D`` (ranked doc ids, one row per query) as ``(qrels row, rank, gain)`` parts.
+
+        ``qrows[i]`` is the qrels row of ``D[i]`` (every entry >= 0).
+        """
+        if self.empty or D.size == 0:
+            return []
+        return self._compare(qrows, D) if self.compare else self._hash(qrows, D)
+
+    def _compare(self, qrows: np.ndarray, D: np.ndarray) -> list:
+        k_cols = D.shape[1]
+        step = max(1, self.BLOCK_CELLS // max(k_cols, 1))
+        out = []
+        for b0 in range(0, len(qrows), step):
+            b1 = min(len(qrows), b0 + step)
+            qb = qrows[b0:b1]
+            blk = D[b0:b1]
+            # int32 halves the traffic of the r_max passes when the ids fit;
+            # the block stays in cache across the passes.
+            if self.rel_doc32 is not None and blk.max() < 2**31 - 1 and blk.min() >= -1:
+                blk, tg = blk.astype(np.int32), self.rel_doc32[qb]
+            else:
+                tg = self.rel_doc[qb]
+            for r in range(self.r_max):
+                p = np.flatnonzero(blk == tg[:, r][:, None])  # row-major
+                if not len(p):
+                    continue
+                rloc, c = np.divmod(p, k_cols)
+                if len(rloc) > 1 and np.any(rloc[1:] == rloc[:-1]):
+                    i = int(np.flatnonzero(rloc[1:] == rloc[:-1])[0])
+                    raise _duplicate_error(self.queries[qb[rloc[i]]])
+                qi = qb[rloc]
+                out.append((qi, c, self.rel_g[qi, r]))
+        return out
+
+    def _hash(self, qrows: np.ndarray, D: np.ndarray) -> list:
+        codes = self.dvocab.get_indexer(D.ravel()).reshape(D.shape)
+        r_idx, c_idx = np.nonzero(codes >= 0)
+        if not len(r_idx):
+            return []
+        keys = qrows[r_idx].astype(np.int64) * self.nv + codes[r_idx, c_idx]
+        pos = np.minimum(np.searchsorted(self.jkey, keys), len(self.jkey) - 1)
+        found = pos[self.jkey[pos] == keys]
+        hit = self.jkey[pos] == keys
+        if len(np.unique(found)) != len(found):
+            dup_key = int(np.flatnonzero(np.bincount(found) > 1)[0])
+            raise _duplicate_error(self.queries[self.jkey[dup_key] // self.nv])
+        return [(qrows[r_idx[hit]], c_idx[hit].astype(np.int64), self.jg[found])]
+
+    @staticmethod
+    def assemble(parts: Sequence[tuple[np.ndarray, np.ndarray, np.ndarray]], k: int) -> _Hits:
+        """One :class:`_Hits`, sorted by (query row, rank), from found parts."""
+        if not parts:
+            return _Hits.empty()
+        rows, cols, gains = (np.concatenate(x) for x in zip(*parts))
+        order = np.argsort(rows.astype(np.int64) * (k + 1) + cols, kind="stable")
+        return _Hits(rows[order].astype(np.int64), cols[order].astype(np.int64), gains[order])
+
+
 def _find_hits(run: Run, qrels: Qrels, width: int, run_row: np.ndarray) -> _Hits:
     """Locate every positive judgement in the run (first ``width`` ranks)."""
-    jq, jd, jg = qrels._positive
     kk = min(width, run.k)
     pq = np.flatnonzero(run_row >= 0)
-    if kk == 0 or len(jq) == 0 or len(pq) == 0:
+    if kk == 0 or len(pq) == 0:
         return _Hits.empty()
-    nQ = len(qrels.queries)
-    counts = np.bincount(jq, minlength=nQ)
-    r_max = int(counts.max())
-    ints = run.doc_ids.dtype != object and jd.dtype != object
+    finder = _HitFinder(qrels, object_ids=run.doc_ids.dtype == object)
     rr = run_row[pq]
     full = len(pq) == len(run) and np.array_equal(rr, np.arange(len(run)))
     D = run.doc_ids[:, :kk] if full else run.doc_ids[rr, :kk]
-    if ints and r_max <= 8:
-        # Few relevant docs per query: compare each relevant id with its run
-        # row (r_max passes over the (nq, k) ids), no hashing of run ids.
-        starts = np.concatenate([[0], np.cumsum(counts)[:-1]])
-        rank = np.arange(len(jq)) - starts[jq]
-        rel_doc = np.full((nQ, r_max), -2, dtype=np.int64)  # -2 never matches (ids >= -1)
-        rel_g = np.zeros((nQ, r_max))
-        rel_doc[jq, rank] = jd
-        rel_g[jq, rank] = jg
-        k_cols = D.shape[1]
-        targets = rel_doc[pq]
-        targets32 = targets.astype(np.int32) if jd.max() < 2**31 - 1 else None
-        step = max(1, 4096 * 128 // max(k_cols, 1))  # rows per cache-sized block
-
-        def scan(lo: int, hi: int) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
-            out = []
-            for b0 in range(lo, hi, step):
-                b1 = min(hi, b0 + step)
-                blk, tg = D[b0:b1], targets[b0:b1]
-                # int32 halves the traffic of the r_max passes when the ids fit;
-                # the block stays in cache across the passes.
-                if targets32 is not None and blk.size and blk.max() < 2**31 - 1 and blk.min() >= -1:
-                    blk, tg = blk.astype(np.int32), targets32[b0:b1]
-                for r in range(r_max):
-                    p = np.flatnonzero(blk == tg[:, r][:, None])  # row-major
-                    if not len(p):
-                        continue
-                    rloc, c = np.divmod(p, k_cols)
-                    if len(rloc) > 1 and np.any(rloc[1:] == rloc[:-1]):
-                        i = int(np.flatnonzero(rloc[1:] == rloc[:-1])[0])
-                        raise _duplicate_error(qrels.queries[pq[b0 + rloc[i]]])
-                    qi = pq[b0 + rloc]
-                    out.append((qi, c, rel_g[qi, r]))
-            return out
-
-        parts = [t for chunk in _map_row_chunks(scan, len(pq), D.size) for t in chunk]
-        if not parts:
-            return _Hits.empty()
-        rows, cols, gains = zip(*parts)
-        rows_a, cols_a, gains_a = np.concatenate(rows), np.concatenate(cols), np.concatenate(gains)
-    else:
-        # General path: hash run ids into the vocabulary of relevant docs.
-        dvocab = pd.Index(pd.unique(jd))
-        nv = len(dvocab)
-        jkey = jq.astype(np.int64) * nv + dvocab.get_indexer(jd)
-        order = np.argsort(jkey, kind="stable")
-        jkey, jg_s = jkey[order], jg[order]
-        codes = dvocab.get_indexer(D.ravel()).reshape(D.shape)
-        r_idx, c_idx = np.nonzero(codes >= 0)
-        if not len(r_idx):
-            return _Hits.empty()
-        keys = pq[r_idx].astype(np.int64) * nv + codes[r_idx, c_idx]
-        pos = np.minimum(np.searchsorted(jkey, keys), len(jkey) - 1)
-        found = jkey[pos] == keys
-        fp = pos[found]
-        if len(np.unique(fp)) != len(fp):
-            dup_key = int(np.flatnonzero(np.bincount(fp) > 1)[0])
-            raise _duplicate_error(qrels.queries[jkey[dup_key] // nv])
-        rows_a, cols_a, gains_a = pq[r_idx[found]], c_idx[found].astype(np.int64), jg_s[fp]
-    order = np.argsort(rows_a.astype(np.int64) * (run.k + 1) + cols_a, kind="stable")
-    return _Hits(rows_a[order].astype(np.int64), cols_a[order].astype(np.int64), gains_a[order])
+    chunks = _map_row_chunks(lambda lo, hi: finder.find(pq[lo:hi], D[lo:hi]), len(pq), D.size)
+    return _HitFinder.assemble([p for c in chunks for p in c], run.k)
 
 
 def _ideal_dcg(qrels: Qrels, k: int) -> np.ndarray:
@@ -861,8 +896,21 @@ def evaluate(
     if not measures:
         raise ValueError(f"evaluate: measures is empty; expected some of {valid_measure_names()}")
     K = max(parse_measure(m)[1] for m in measures)
-    run_row, missing, ignored = _map_run(run, qrels)
+    run_row, _, _ = _map_run(run, qrels)
     hits = _find_hits(run, qrels, K, run_row)
+    return _evaluate_hits(run, qrels, measures, hits, relevance_level, failed_queries)
+
+
+def _evaluate_hits(
+    run: Run,
+    qrels: Qrels,
+    measures: Sequence[str],
+    hits: _Hits,
+    relevance_level: float | None,
+    failed_queries: Sequence | None,
+) -> EvaluationResult:
+    """The measures from already located hits (see :func:`evaluate`)."""
+    _, missing, ignored = _map_run(run, qrels)
     ks = {parse_measure(m)[1] for m in measures if m.startswith("nDCG@")}
     values = _measures_from_hits(
         hits,
