@@ -174,6 +174,19 @@ def _add_experiment_args(p: argparse.ArgumentParser, *, sweep: bool) -> None:
     g.add_argument("--directions", nargs="+", choices=("t2i", "i2t"))
     g.add_argument("--ensemble", choices=("mean", "best"), help="classification prompt ensembling")
     g.add_argument(
+        "--perturbations",
+        nargs="+",
+        metavar="NAME",
+        help="query perturbations to also evaluate (imsearch-align list perturbations)",
+    )
+    g.add_argument(
+        "--perturbation-param",
+        action="append",
+        type=_key_value,
+        metavar="NAME:KEY=VALUE",
+        help="a perturbation's argument, e.g. typo:rate=0.2 (repeatable)",
+    )
+    g.add_argument(
         "--ann-fidelity",
         action=argparse.BooleanOptionalAction,
         default=None,
@@ -411,6 +424,18 @@ def _config_dict(
         data["k_values"] = list(args.k)
     if args.directions is not None:
         data["directions"] = list(args.directions)
+    if getattr(args, "perturbations", None) is not None:
+        data["perturbations"] = list(args.perturbations)
+    pplain, pscoped = _split_scoped(getattr(args, "perturbation_param", None))
+    if pplain:
+        raise UsageError(
+            f"--perturbation-param: expected NAME:KEY=VALUE, got {next(iter(pplain))}=..."
+        )
+    if pscoped:
+        base = dict(data.get("perturbation_params") or {})
+        for name, kv in pscoped.items():
+            base[name] = {**base.get(name, {}), **kv}
+        data["perturbation_params"] = base
     if not isinstance(args.n_support, list) and "n_support" in given:
         data["n_support"] = args.n_support
     scoped: dict[str, dict[str, dict[str, Any]]] = {}
@@ -537,6 +562,8 @@ def _summary(result: dict[str, Any]) -> str:
     timings = result.get("timings", {})
     ks = cfg.get("k_values") or [1, 5, 10]
     tasks = [t for t in ("t2i", "i2t") if t in result.get("tasks", {})]
+    # Perturbed query sets (t2i[typo], i2t[blur], ...) follow their direction.
+    tasks += sorted(t for t in result.get("tasks", {}) if "[" in t)
     if tasks:
         cols = [f"R@{k}" for k in ks] + [f"nDCG@{max(ks)}", f"RR@{max(ks)}"]
         fid = [m.split("/", 1)[1] for m in metrics if m.startswith(f"{tasks[0]}/ann_recall@")]

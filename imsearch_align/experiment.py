@@ -84,6 +84,13 @@ class ExperimentConfig:
         directions: retrieval directions, ``t2i`` and/or ``i2t``.
         ensemble: classification prompt handling: ``mean`` (normalise each
             prompt vector, average, normalise) or ``best`` (best single prompt).
+        perturbations: PERTURBATIONS names applied to the queries before
+            encoding (retrieval): a text perturbation (``typo``,
+            ``word_dropout``, ``word_shuffle``) re-runs text->image, an image
+            one (``gaussian_noise``, ``blur``, ``crop``) image->text, against
+            the same index; seeded by ``seed``. Reported as ``t2i[typo]/R@1``
+            and as the change from the clean run.
+        perturbation_params: per-name keyword arguments (``{"typo": {"rate": 0.2}}``).
         ann_fidelity: also search an ExactStore and report recall@k of the
             store against it.
         diagnostics: compute embedding-space geometry for the raw and the
@@ -110,6 +117,8 @@ class ExperimentConfig:
     k_values: tuple[int, ...] = (1, 5, 10)
     directions: tuple[str, ...] = DIRECTIONS
     ensemble: str = "mean"
+    perturbations: tuple[str, ...] = ()
+    perturbation_params: dict[str, Any] = field(default_factory=dict)
     ann_fidelity: bool = False
     diagnostics: bool = False
     cache_dir: str | None = ".cache/embeddings"
@@ -120,6 +129,7 @@ class ExperimentConfig:
 
     def __post_init__(self) -> None:
         for f in (
+            "perturbation_params",
             "dataset_params",
             "image_encoder_params",
             "text_encoder_params",
@@ -142,6 +152,21 @@ class ExperimentConfig:
         object.__setattr__(self, "directions", dirs)
         if self.n_support is not None:
             check_int(self.n_support, "n_support", low=1)
+        object.__setattr__(self, "perturbations", tuple(self.perturbations))
+        if self.perturbations:
+            from imsearch_align.framework.registry import PERTURBATIONS
+
+            for name in self.perturbations:
+                PERTURBATIONS.get(name)  # unknown names fail here, with "did you mean"
+            if self.task != "retrieval":
+                raise ValueError(
+                    f"perturbations apply to the retrieval task, got task={self.task!r}"
+                )
+        unknown = sorted(set(self.perturbation_params) - set(self.perturbations))
+        if unknown:
+            raise ValueError(
+                f"perturbation_params names {unknown}, which are not in perturbations {list(self.perturbations)}"
+            )
         if self.ensemble not in ("mean", "best"):
             raise ValueError(f"ensemble must be 'mean' or 'best', got {self.ensemble!r}")
         check_int(self.seed, "seed", low=0)
@@ -165,7 +190,7 @@ class ExperimentConfig:
                 f"config has unknown key(s) {', '.join(hints)}; valid keys: {', '.join(sorted(names))}"
             )
         kw = dict(d)
-        for key in ("k_values", "directions"):
+        for key in ("k_values", "directions", "perturbations"):
             if key in kw and kw[key] is not None:
                 kw[key] = tuple(kw[key])
         return cls(**kw)
@@ -190,6 +215,7 @@ class ExperimentConfig:
         d = dataclasses.asdict(self)
         d["k_values"] = list(self.k_values)
         d["directions"] = list(self.directions)
+        d["perturbations"] = list(self.perturbations)
         return d
 
     def replace(self, **changes: Any) -> ExperimentConfig:
@@ -563,6 +589,15 @@ def run_experiment(
                     docs, doc_ids, queries, query_ids = A_img, test_img_ids, A_txt, test_txt_ids
                 else:
                     docs, doc_ids, queries, query_ids = A_txt, test_txt_ids, A_img, test_img_ids
+                variants = _perturbed_queries(
+                    config,
+                    ds,
+                    img_p if direction == "i2t" else txt_p,
+                    method,
+                    direction,
+                    query_ids,
+                    progress,
+                )
                 res, info = _search_and_score(
                     config,
                     store,
@@ -574,11 +609,27 @@ def run_experiment(
                     qrels_by_dir[direction],
                     ckpt_root / direction if ckpt_root else None,
                     progress,
+                    variants=variants,
                 )
+                done = info.pop("variants")
                 _record(result, direction, res, info)
                 pq = res.per_query.copy()
                 pq.insert(0, "direction", direction)
                 per_query_frames.append(pq)
+                for name, vres in done.items():
+                    label = f"{direction}[{name}]"
+                    _record(result, label, vres, {"index_build_s": 0.0})
+                    clean = res.mean()
+                    result.setdefault("perturbations", {})[name] = {
+                        "direction": direction,
+                        "params": dict(config.perturbation_params.get(name, {})),
+                        "seed": config.seed,
+                        "metrics": vres.mean(),
+                        "change": {m: v - clean[m] for m, v in vres.mean().items() if m in clean},
+                    }
+                    vpq = vres.per_query.copy()
+                    vpq.insert(0, "direction", label)
+                    per_query_frames.append(vpq)
             _clip_aliases(result, config.k_values)
         else:
             res, info, cls_extra = _classify(
@@ -653,8 +704,14 @@ def _search_and_score(
     qrels: Qrels,
     checkpoint_dir: Path | None,
     progress: bool,
+    variants: Mapping[str, Any] | None = None,
 ) -> tuple[BenchmarkResult, dict[str, Any]]:
-    """Index ``docs`` in a fresh collection, evaluate ``queries``, drop it."""
+    """Index ``docs`` in a fresh collection, evaluate ``queries``, drop it.
+
+    ``variants`` (name -> query vectors, same rows as ``queries``) are
+    evaluated against the same index; their results are in
+    ``info["variants"]``.
+    """
     sparse = bool(is_sparse(docs))
     k = max(config.k_values)
     t = time.perf_counter()
@@ -682,12 +739,68 @@ def _search_and_score(
         }
         if config.ann_fidelity:
             info["fidelity"] = _fidelity(store, collection, docs, doc_ids, queries, k, sparse)
+        info["variants"] = {
+            name: ev.evaluate(vq, qrels, query_ids=query_ids)
+            for name, vq in (variants or {}).items()
+        }
     finally:
         try:
             store.drop_collection(collection)
         except Exception as exc:
             log.warning("dropping collection %s failed: %s", collection, exc)
     return res, info
+
+
+class _LazyImages(Sequence):
+    """Dataset images opened on access (paths or encoded bytes -> RGB PIL)."""
+
+    def __init__(self, items: Sequence[Any]) -> None:
+        self.items = items
+
+    def __len__(self) -> int:
+        return len(self.items)
+
+    def __getitem__(self, i: Any) -> Any:
+        import io
+
+        from PIL import Image
+
+        item = self.items[i]
+        src = io.BytesIO(item) if isinstance(item, bytes | bytearray) else item
+        with Image.open(src) as im:
+            return im.convert("RGB")
+
+
+def _perturbed_queries(
+    config, ds, provider, method, direction, query_ids, progress
+) -> dict[str, Any]:
+    """Aligned query vectors for each perturbation that applies to ``direction``."""
+    if not config.perturbations:
+        return {}
+    from imsearch_align.diagnostics.perturbations import PerturbedItems, get_perturbation
+    from imsearch_align.embedding import items_for
+
+    modality = "text" if direction == "t2i" else "image"
+    out: dict[str, Any] = {}
+    for name in config.perturbations:
+        pert = get_perturbation(name, **config.perturbation_params.get(name, {}))
+        if pert.modality != modality:
+            continue
+        if getattr(provider, "lookup_by_id", False):
+            raise ValueError(
+                f"perturbation {name!r} changes the {modality} queries before encoding, but the "
+                f"{modality} embeddings are precomputed; name a {modality} encoder"
+            )
+        table = ds.texts if modality == "text" else ds.images
+        col = "text_id" if modality == "text" else "image_id"
+        rows = table.set_index(col).loc[query_ids].reset_index()
+        items = items_for(ds, modality, rows)
+        if modality == "image":
+            items = _LazyImages(items)
+        perturbed = PerturbedItems(items, pert, seed=config.seed)
+        E = provider.encode(perturbed, batch_size=config.encode_batch_size, progress=progress)
+        out[name] = method.transform_texts(E) if modality == "text" else method.transform_images(E)
+    return out
 
 
 def _drop_if_exists(store: Any, name: str) -> None:

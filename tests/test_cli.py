@@ -149,6 +149,11 @@ def test_unknown_name_exits_2_with_did_you_mean(tmp_path):
         (["sweep", *SYN, "--methods", "csa", "--method-param", "asif:k=8"], "scoped to ['asif']"),
         (["build", "does/not/exist"], "neither a file nor a directory"),
         (["list", "gizmos"], "invalid choice"),
+        (["eval", *SYN, "--perturbations", "typoo"], "Did you mean 'typo'"),
+        (
+            ["eval", *SYN, "--perturbations", "typo", "--perturbation-param", "rate=0.2"],
+            "expected NAME:KEY=VALUE",
+        ),
     ],
 )
 def test_usage_errors_exit_2(args, needle, tmp_path, capsys):

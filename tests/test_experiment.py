@@ -331,3 +331,45 @@ def test_config_validation_messages():
         ExperimentConfig(n_support=0)
     with pytest.raises(ValueError, match=r"output template .* uses unknown field 'foo'"):
         ExperimentConfig().output_name("{foo}.json")
+
+
+# --------------------------------------------------------------------------- query perturbations
+
+
+@pytest.mark.slow
+def test_perturbed_queries_degrade_retrieval_and_are_seeded(shapes_setup, tmp_path):
+    cfg = _shapes_config(
+        shapes_setup,
+        "linear",
+        "exact",
+        tmp_path,
+        perturbations=("word_dropout", "blur"),
+        perturbation_params={"word_dropout": {"rate": 0.8}, "blur": {"sigma": 8.0}},
+    )
+    res = run_experiment(cfg, progress=False)
+    m = res["metrics"]
+    assert m["t2i[word_dropout]/R@1"] < m["t2i/R@1"]
+    assert m["i2t[blur]/HitRate@1"] < m["i2t/HitRate@1"]
+    p = res["perturbations"]["word_dropout"]
+    assert p["direction"] == "t2i" and p["params"] == {"rate": 0.8}
+    assert p["change"]["R@1"] == pytest.approx(m["t2i[word_dropout]/R@1"] - m["t2i/R@1"])
+    again = run_experiment(cfg, progress=False)
+    assert again["metrics"] == res["metrics"]
+    from imsearch_align.diagnostics.perturbations import PerturbedItems
+
+    caps = ["a red circle on the left of a blue square"] * 3
+    assert list(PerturbedItems(caps, "word_dropout", seed=0)) == list(
+        PerturbedItems(caps, "word_dropout", seed=0)
+    )
+
+
+def test_perturbation_config_errors(tmp_path):
+    with pytest.raises(KeyError, match=r"unknown perturbation 'typoo'. Did you mean 'typo'"):
+        ExperimentConfig(perturbations=("typoo",))
+    with pytest.raises(ValueError, match=r"perturbation_params names \['blur'\]"):
+        ExperimentConfig(perturbations=("typo",), perturbation_params={"blur": {"sigma": 1}})
+    with pytest.raises(ValueError, match="perturbations apply to the retrieval task"):
+        ExperimentConfig(task="classification", perturbations=("typo",))
+    cfg = _syn_config("linear", "exact", tmp_path, perturbations=("typo",))
+    with pytest.raises(ValueError, match="text embeddings are precomputed; name a text encoder"):
+        run_experiment(cfg, progress=False)
