@@ -489,16 +489,13 @@ def _check_output(args: argparse.Namespace, cfg: Any) -> tuple[Path, str]:
         cfg.output_name(template)
     except ValueError as exc:
         raise UsageError(f"--output: {exc}") from None
+    from imsearch_align.experiment import check_writable
+
     out = Path(args.output_dir)
     try:
-        out.mkdir(parents=True, exist_ok=True)
-        probe = out / f".write-probe-{os.getpid()}"
-        probe.write_bytes(b"")
-        probe.unlink()
-    except OSError as exc:
-        raise UsageError(
-            f"--output-dir {str(out)!r} cannot be written: {exc.strerror or exc}; choose a writable folder"
-        ) from None
+        check_writable(out)
+    except PermissionError as exc:
+        raise UsageError(f"--output-dir: {exc}; choose a writable folder") from None
     return out, template
 
 

@@ -37,6 +37,7 @@ from imsearch_align.framework.validation import check_int, is_sparse
 __all__ = [
     "DEFAULT_OUTPUT_TEMPLATE",
     "ExperimentConfig",
+    "check_writable",
     "make_encoder",
     "run_experiment",
     "shared_encoder",
@@ -450,7 +451,9 @@ def _json_default(o: Any) -> Any:
     raise TypeError(f"not JSON serialisable: {type(o).__name__}")
 
 
-def _check_writable(out_dir: Path) -> None:
+def check_writable(out_dir: str | os.PathLike) -> None:
+    """Create ``out_dir`` if needed and prove a file can be written there."""
+    out_dir = Path(out_dir)
     try:
         out_dir.mkdir(parents=True, exist_ok=True)
         probe = out_dir / f".write-probe-{os.getpid()}"
@@ -503,7 +506,7 @@ def run_experiment(
                     res.get("key"),
                     config.key(),
                 )
-        _check_writable(out_dir)
+        check_writable(out_dir)
     # Fail fast on unknown names, before any loading or encoding.
     METHODS.get(config.method)
     STORES.get(config.store)
