@@ -28,6 +28,7 @@ Errors (all name the argument, what was expected and what came):
 from __future__ import annotations
 
 import re
+from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -168,7 +169,7 @@ def finalize_rows(ids: np.ndarray, scores: np.ndarray, k: int) -> SearchResult:
     return SearchResult(ids=ids, scores=scores)
 
 
-class BaseStore:
+class BaseStore(ABC):
     """Template for a vector store: validation, bookkeeping, errors, context manager.
 
     A subclass sets ``supports_sparse`` and implements the hooks:
@@ -309,14 +310,16 @@ class BaseStore:
         self.close()
 
     # -- hooks -----------------------------------------------------------------
-    def _create(self, info: CollectionInfo) -> None:
+    def _create(self, info: CollectionInfo) -> None:  # noqa: B027 - an optional hook
         """Allocate an empty collection (default: nothing to do)."""
 
+    @abstractmethod
     def _insert(self, info: CollectionInfo, vectors: Any, ids: np.ndarray) -> None:
-        raise NotImplementedError
+        """Add validated vectors with validated, new ids to the collection."""
 
+    @abstractmethod
     def _search(self, info: CollectionInfo, queries: Any, k: int) -> SearchResult:
-        raise NotImplementedError
+        """Top-``k`` of validated queries (rows finalised by the caller)."""
 
     def _drop(self, info: CollectionInfo) -> None:
         """Free a collection (default: forget its state)."""

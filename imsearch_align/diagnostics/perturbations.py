@@ -38,6 +38,7 @@ live in [0, 255] and are clipped back into it; float pixels are taken as
 from __future__ import annotations
 
 import string
+from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from typing import Any, ClassVar
 
@@ -70,7 +71,7 @@ def _check_fraction(value: Any, name: str, *, low_open: bool = False) -> float:
     return v
 
 
-class Perturbation:
+class Perturbation(ABC):
     """Base of all perturbations: ``apply(item, rng)`` returns a perturbed copy.
 
     Attributes:
@@ -81,9 +82,9 @@ class Perturbation:
     name: ClassVar[str] = ""
     modality: ClassVar[str] = ""
 
+    @abstractmethod
     def apply(self, item: Any, rng: np.random.Generator) -> Any:
         """Return the perturbed copy of ``item`` using only ``rng`` for randomness."""
-        raise NotImplementedError
 
     def params(self) -> dict[str, Any]:
         """Parameters, for result records."""
@@ -106,8 +107,9 @@ class _TextPerturbation(Perturbation):
             raise TypeError(f"{self.name} perturbs captions (str), got {type(item).__name__}")
         return " ".join(self._words(item.split(), rng))
 
+    @abstractmethod
     def _words(self, words: list[str], rng: np.random.Generator) -> list[str]:
-        raise NotImplementedError
+        """The perturbed word list."""
 
 
 _LETTERS = string.ascii_lowercase
@@ -200,8 +202,9 @@ class _ImagePerturbation(Perturbation):
             return self._array(item.astype(np.float64), rng, 1.0).astype(item.dtype)
         raise ValueError(f"{self.name}: integer images must be uint8, got {item.dtype}")
 
+    @abstractmethod
     def _array(self, a: np.ndarray, rng: np.random.Generator, scale: float) -> np.ndarray:
-        raise NotImplementedError
+        """The perturbed float64 pixel array (``scale`` = the intensity range)."""
 
 
 def _as_pil_class(item: Any) -> Any:

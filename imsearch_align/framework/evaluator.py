@@ -44,6 +44,7 @@ from imsearch_align.framework.metrics import (
     Run,
     evaluate,
     parse_measure,
+    py_scalar,
 )
 from imsearch_align.framework.validation import check_int, check_matrix, is_sparse
 
@@ -178,13 +179,9 @@ class BenchmarkResult:
             "n_failed": len(self.failed_queries),
             "n_missing": len(self.evaluation.missing_queries),
             "n_ignored": len(self.evaluation.ignored_queries),
-            "failed_queries": [_jsonable(q) for q in self.failed_queries[:100]],
+            "failed_queries": [py_scalar(q) for q in self.failed_queries[:100]],
             "extra": {k: v for k, v in self.extra.items() if _is_scalar(v)},
         }
-
-
-def _jsonable(x: Any) -> Any:
-    return x.item() if isinstance(x, np.generic) else x
 
 
 def _is_scalar(v: Any) -> bool:
@@ -313,7 +310,7 @@ class BenchmarkEvaluator:
         )
         if nan_queries.size:
             raise NaNScoreError(
-                f"store returned a NaN score for query {_jsonable(nan_queries[0])!r}"
+                f"store returned a NaN score for query {py_scalar(nan_queries[0])!r}"
                 + (f" and {nan_queries.size - 1} more" if nan_queries.size > 1 else "")
                 + f" (collection {self.collection!r}); the other queries' result is in err.partial",
                 nan_queries,
@@ -460,7 +457,7 @@ class BenchmarkEvaluator:
             s, e = spans[o.index]
             if o.result is None:
                 for qid in qids[s:e]:
-                    errors[_jsonable(qid)] = o.error or "unknown error"
+                    errors[py_scalar(qid)] = o.error or "unknown error"
                 continue
             ok_rows.append(np.arange(s, e))
         rows = np.concatenate(ok_rows) if ok_rows else np.zeros(0, np.int64)
@@ -472,7 +469,7 @@ class BenchmarkEvaluator:
             nan_rows = (np.isnan(res.scores) & (res.ids != -1)).any(axis=1)
         nan_queries = qids[rows[nan_rows]]
         for qid in nan_queries:
-            errors[_jsonable(qid)] = "NaN score"
+            errors[py_scalar(qid)] = "NaN score"
         keep = ~nan_rows
         if keep.all():  # the common case: no copies of the (nq, k) arrays
             run = Run.from_arrays(qids[rows], res.ids, res.scores, copy=not all_ok)

@@ -38,6 +38,7 @@ import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -82,7 +83,7 @@ def parse_measure(name: str) -> tuple[str, int]:
     return m.group(1), k
 
 
-def _py(x):
+def py_scalar(x: Any) -> Any:
     """A numpy scalar as a plain Python value, so messages read ``0``, not ``np.int64(0)``."""
     return x.item() if isinstance(x, np.generic) else x
 
@@ -179,12 +180,12 @@ class Qrels:
         if not np.all(np.isfinite(r)):
             bad = int(np.flatnonzero(~np.isfinite(r))[0])
             raise ValueError(
-                f"Qrels: relevance must be finite, got {r[bad]} for query {_py(q[bad])!r}"
+                f"Qrels: relevance must be finite, got {r[bad]} for query {py_scalar(q[bad])!r}"
             )
         i = _first_duplicate_pair(q, d)
         if i is not None:
             raise ValueError(
-                f"Qrels: duplicate judgement for query {_py(q[i])!r}, doc {_py(d[i])!r}"
+                f"Qrels: duplicate judgement for query {py_scalar(q[i])!r}, doc {py_scalar(d[i])!r}"
             )
         for name, arr in (("query_ids", q), ("doc_ids", d), ("relevance", r)):
             arr = arr.view()
@@ -256,7 +257,9 @@ class Qrels:
         jq, _, g = self._positive
         if len(g) and np.all(g == g[0]):
             order = np.arange(len(g))  # binary qrels: already grouped, no gain order
-        elif len(g) and np.all(g == np.round(g)) and g.max() < 2**20 and len(jq) and jq.max() < 2**40:
+        elif (
+            len(g) and np.all(g == np.round(g)) and g.max() < 2**20 and len(jq) and jq.max() < 2**40
+        ):
             # Integer gains: one exact int64 key (query, then gain descending).
             order = np.argsort(jq * 2**21 + (2**21 - 1 - g.astype(np.int64)), kind="stable")
         else:
@@ -318,7 +321,9 @@ class Run:
             )
         if len(pd.unique(q)) != len(q):
             dup = pd.Series(q)[pd.Series(q).duplicated()].iloc[0]
-            raise ValueError(f"Run.from_arrays: query id {_py(dup)!r} appears in more than one row")
+            raise ValueError(
+                f"Run.from_arrays: query id {py_scalar(dup)!r} appears in more than one row"
+            )
         d = _as_id_array(d, "run doc_ids") if d.size else d.astype(np.int64)
         if scores is None:
             s = -np.broadcast_to(np.arange(d.shape[1], dtype=np.float64), d.shape)
@@ -337,7 +342,7 @@ class Run:
             rows = np.flatnonzero(nan.any(axis=1))
             if len(rows):
                 raise ValueError(
-                    f"Run: NaN score for query {_py(q[rows[0]])!r}"
+                    f"Run: NaN score for query {py_scalar(q[rows[0]])!r}"
                     + (f" (and {len(rows) - 1} more queries)" if len(rows) > 1 else "")
                 )
         if not assume_sorted:
@@ -376,10 +381,14 @@ class Run:
         d = _as_id_array(df[doc_col].to_numpy(), "run doc_id")
         s = df[score_col].to_numpy(dtype=np.float64)
         if np.isnan(s).any():
-            raise ValueError(f"Run: NaN score for query {_py(q[np.flatnonzero(np.isnan(s))[0]])!r}")
+            raise ValueError(
+                f"Run: NaN score for query {py_scalar(q[np.flatnonzero(np.isnan(s))[0]])!r}"
+            )
         if pd.DataFrame({"q": q, "d": d}).duplicated().any():
             i = int(np.flatnonzero(pd.DataFrame({"q": q, "d": d}).duplicated().to_numpy())[0])
-            raise ValueError(f"Run: doc {_py(d[i])!r} appears twice for query {_py(q[i])!r}")
+            raise ValueError(
+                f"Run: doc {py_scalar(d[i])!r} appears twice for query {py_scalar(q[i])!r}"
+            )
         if len(q) == 0:
             return cls.from_arrays(
                 np.array([], dtype=np.int64), np.zeros((0, 0), np.int64), np.zeros((0, 0))
@@ -633,7 +642,9 @@ def _map_run(run: Run, qrels: Qrels) -> tuple[np.ndarray, np.ndarray, np.ndarray
 
 
 def _duplicate_error(qid) -> ValueError:
-    return ValueError(f"Run: a relevant doc appears twice in the ranking of query {_py(qid)!r}")
+    return ValueError(
+        f"Run: a relevant doc appears twice in the ranking of query {py_scalar(qid)!r}"
+    )
 
 
 class _HitFinder:
@@ -675,7 +686,9 @@ class _HitFinder:
             order = np.argsort(jkey, kind="stable")
             self.jkey, self.jg = jkey[order], jg[order]
 
-    def find(self, qrows: np.ndarray, D: np.ndarray) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
+    def find(
+        self, qrows: np.ndarray, D: np.ndarray
+    ) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
         """Hits of ``D`` (ranked doc ids, one row per query) as ``(qrels row, rank, gain)`` parts.
 
         ``qrows[i]`` is the qrels row of ``D[i]`` (every entry >= 0).
@@ -717,8 +730,8 @@ class _HitFinder:
             return []
         keys = qrows[r_idx].astype(np.int64) * self.nv + codes[r_idx, c_idx]
         pos = np.minimum(np.searchsorted(self.jkey, keys), len(self.jkey) - 1)
-        found = pos[self.jkey[pos] == keys]
         hit = self.jkey[pos] == keys
+        found = pos[hit]
         if len(np.unique(found)) != len(found):
             dup_key = int(np.flatnonzero(np.bincount(found) > 1)[0])
             raise _duplicate_error(self.queries[self.jkey[dup_key] // self.nv])

@@ -128,7 +128,9 @@ def clustered_vectors(
     scale = 1.0 / np.sqrt(dim)  # per-coordinate sd giving noise vectors of norm ~1
     x = centres[rng.integers(0, n_clusters, n)] + noise * scale * rng.standard_normal((n, dim))
     x /= np.linalg.norm(x, axis=1, keepdims=True)
-    q = x[rng.integers(0, n, n_queries)] + 0.5 * noise * scale * rng.standard_normal((n_queries, dim))
+    q = x[rng.integers(0, n, n_queries)] + 0.5 * noise * scale * rng.standard_normal(
+        (n_queries, dim)
+    )
     if n_queries:
         q /= np.linalg.norm(q, axis=1, keepdims=True)
     return x.astype(np.float32), q.astype(np.float32)
