@@ -709,15 +709,20 @@ def _search_and_score(
     checkpoint_dir: Path | None,
     progress: bool,
     variants: Mapping[str, Any] | None = None,
+    *,
+    measures: Sequence[str] | None = None,
+    k: int | None = None,
+    searcher: Any = None,
 ) -> tuple[BenchmarkResult, dict[str, Any]]:
     """Index ``docs`` in a fresh collection, evaluate ``queries``, drop it.
 
     ``variants`` (name -> query vectors, same rows as ``queries``) are
     evaluated against the same index; their results are in
-    ``info["variants"]``.
+    ``info["variants"]``. ``measures`` and ``k`` default to the config's;
+    ``searcher`` wraps ``store`` for searching (e.g. mapping prompts to classes).
     """
     sparse = bool(is_sparse(docs))
-    k = max(config.k_values)
+    k = max(config.k_values) if k is None else k
     t = time.perf_counter()
     _drop_if_exists(store, collection)
     store.create_collection(collection, int(docs.shape[1]), sparse=sparse, metric="ip")
@@ -725,10 +730,10 @@ def _search_and_score(
         store.insert(collection, docs, np.asarray(doc_ids, dtype=np.int64))
         build_s = time.perf_counter() - t
         ev = BenchmarkEvaluator(
-            store,
+            store if searcher is None else searcher,
             collection,
             k=k,
-            measures=measures_for(config.k_values),
+            measures=measures_for(config.k_values) if measures is None else measures,
             batch_size=config.batch_size,
             workers=config.workers,
             progress=progress,
@@ -939,39 +944,28 @@ def _classify(config, ds, txt_p, method, store, A_img, test_img_ids, ckpt_root, 
     P = txt_p.encode(prompts, batch_size=config.encode_batch_size, progress=progress)
     A_prompts = method.transform_texts(P)
     embed_s = time.perf_counter() - t
-    qrels = ds.label_qrels(TEST_SPLIT)
-    k = max(config.k_values)
     if config.ensemble == "mean":
-        docs, doc_ids, search_store = class_vectors(A_prompts, C, T), np.arange(C), store
+        docs, doc_ids, searcher = class_vectors(A_prompts, C, T), np.arange(C), None
     else:
-        docs, doc_ids = A_prompts, np.arange(C * T)
-        search_store = store
-    coll = f"cls_{config.key()}"
-    sparse = bool(is_sparse(docs))
-    _drop_if_exists(store, coll)
-    t = time.perf_counter()
-    store.create_collection(coll, int(docs.shape[1]), sparse=sparse, metric="ip")
-    try:
-        store.insert(coll, docs, doc_ids.astype(np.int64))
-        build_s = time.perf_counter() - t
-        if config.ensemble == "best":
-            search_store = _ClassMappingStore(store, T, C)
-        kk = min(k, C)
-        ks = [x for x in config.k_values if x <= kk] or [kk]
-        ev = BenchmarkEvaluator(
-            search_store,
-            coll,
-            k=kk,
-            measures=[*[f"HitRate@{x}" for x in ks], "Accuracy"],
-            batch_size=config.batch_size,
-            workers=config.workers,
-            progress=progress,
-            seed=config.seed,
-            checkpoint_dir=ckpt_root / "classification" if ckpt_root else None,
-        )
-        res = ev.evaluate(A_img, qrels, query_ids=test_img_ids)
-    finally:
-        store.drop_collection(coll)
+        docs, doc_ids, searcher = A_prompts, np.arange(C * T), _ClassMappingStore(store, T, C)
+    # acc5 is always reported when there are 5 classes, whatever k_values says.
+    ks = sorted({x for x in config.k_values if x <= C} | ({5} if C >= 5 else set())) or [C]
+    res, info = _search_and_score(
+        config,
+        store,
+        f"cls_{config.key()}",
+        docs,
+        doc_ids,
+        A_img,
+        test_img_ids,
+        ds.label_qrels(TEST_SPLIT),
+        ckpt_root / "classification" if ckpt_root else None,
+        progress,
+        measures=[*[f"HitRate@{x}" for x in ks], "Accuracy"],
+        k=max(ks),
+        searcher=searcher,
+    )
+    info.pop("variants", None)
     labels = ds.images.set_index("image_id").loc[test_img_ids, "label"].to_numpy()
     top1 = res.run.doc_ids[:, 0] if res.run.k else np.full(len(test_img_ids), -1)
     pred = pd.Series(top1, index=res.run.query_ids).reindex(test_img_ids).fillna(-1).to_numpy()
@@ -995,11 +989,7 @@ def _classify(config, ds, txt_p, method, store, A_img, test_img_ids, ckpt_root, 
         "ensemble": config.ensemble,
         "prompt_embed_s": embed_s,
     }
-    return (
-        res,
-        {"index_build_s": build_s, "n_docs": int(docs.shape[0]), "n_queries": len(test_img_ids)},
-        extra,
-    )
+    return res, info, extra
 
 
 # ----------------------------------------------------------------------------- diagnostics

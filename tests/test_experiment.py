@@ -373,3 +373,16 @@ def test_perturbation_config_errors(tmp_path):
     cfg = _syn_config("linear", "exact", tmp_path, perturbations=("typo",))
     with pytest.raises(ValueError, match="text embeddings are precomputed; name a text encoder"):
         run_experiment(cfg, progress=False)
+
+
+@pytest.mark.slow
+def test_acc5_is_reported_whatever_k_values_say(shapes_setup, tmp_path):
+    res = run_experiment(
+        _shapes_config(shapes_setup, "linear", "exact", tmp_path, task="classification").replace(
+            k_values=(1,)
+        ),
+        progress=False,
+    )
+    cls = res["tasks"]["classification"]
+    assert cls["n_classes"] >= 5
+    assert cls["metrics"]["acc1"] <= cls["metrics"]["acc5"] <= 1.0
