@@ -5,8 +5,8 @@ SHA-256 of the inputs (ids plus what identifies each item). The file name
 holds a hash of the whole key, the sidecar holds the key itself, the array's
 shape, dtype and SHA-256.
 
-Writes are atomic: each file goes to a temporary name in the same folder
-and is moved into place with ``os.replace``; the sidecar is written last, so
+Writes are atomic (:func:`~imsearch_align.framework.atomic.atomic_write`);
+the sidecar is written last, so
 a reader never sees a sidecar whose array is half-written. Reads verify the
 sidecar's key and the array's checksum; anything that does not match (a
 truncated file, flipped bytes, a foreign sidecar) is reported with a warning
@@ -20,7 +20,6 @@ import hashlib
 import json
 import os
 import re
-import tempfile
 import time
 import warnings
 from collections.abc import Callable
@@ -28,6 +27,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import numpy as np
+
+from imsearch_align.framework.atomic import atomic_write
 
 __all__ = ["CacheKey", "CorruptCacheWarning", "EmbeddingCache"]
 
@@ -64,20 +65,6 @@ class CacheKey:
 
 def _slug(s: str, n: int = 40) -> str:
     return re.sub(r"[^A-Za-z0-9._-]+", "_", s)[:n].strip("_") or "x"
-
-
-def _atomic_write(path: Path, write: Callable[[object], None]) -> None:
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            write(f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
 
 
 class EmbeddingCache:
@@ -133,7 +120,7 @@ class EmbeddingCache:
         arr = np.ascontiguousarray(arr)
         npy, side = self.paths(key)
         npy.parent.mkdir(parents=True, exist_ok=True)
-        _atomic_write(npy, lambda f: np.save(f, arr, allow_pickle=False))
+        atomic_write(npy, lambda f: np.save(f, arr, allow_pickle=False))
         meta = {
             "format": _FORMAT,
             "key": asdict(key),
@@ -143,7 +130,7 @@ class EmbeddingCache:
             "file_sha256": hashlib.sha256(npy.read_bytes()).hexdigest(),
             "created_unix": time.time(),
         }
-        _atomic_write(side, lambda f: f.write(json.dumps(meta, indent=1).encode()))
+        atomic_write(side, json.dumps(meta, indent=1))
 
     def get_or_compute(self, key: CacheKey, compute: Callable[[], np.ndarray]) -> np.ndarray:
         """The cached array, or ``compute()`` stored under ``key`` and returned."""

@@ -3,11 +3,16 @@
 Nothing here imports anything else from the package. Every other module
 depends on these names, never the other way round.
 
-Conventions every implementation keeps (see ``DESIGN.md``):
+Conventions every implementation keeps (see ``docs/architecture.md``):
 
 * Search returns :class:`SearchResult`: ``ids`` ``(nq, k) int64`` and
   ``scores`` ``(nq, k) float32``, higher is better, ``-1`` marks "no hit"
   (its score is ``-inf``).
+* A dense collection answers every query with ``min(k, count)`` hits. A
+  sparse collection answers with the documents whose inner product with the
+  query is non-zero (what an inverted index finds), at most ``k``, and pads
+  the row with no-hits: a document that shares no term with the query is
+  never returned.
 * Vectors are a dense ``float32`` ndarray ``(n, d)`` or a ``scipy.sparse``
   CSR matrix ``(n, d)`` (sparse spaces such as ASIF).
 * Ties are broken by ascending doc id.
@@ -22,14 +27,22 @@ from typing import Any, Protocol, runtime_checkable
 import numpy as np
 
 __all__ = [
+    "NO_HIT",
     "AlignmentMethod",
     "BenchmarkDataset",
+    "CollectionCatalog",
     "EmbeddingProvider",
+    "IdLookupProvider",
     "SearchResult",
+    "StoreProvenance",
+    "ThreadSafety",
     "VectorStoreAdapter",
+    "VersionedProvider",
+    "is_thread_safe",
 ]
 
-#: Id used in ``SearchResult.ids`` for "no hit" (a k larger than the collection).
+#: Id used in ``SearchResult.ids`` for "no hit" (a k larger than the collection,
+#: or a sparse query that shares terms with fewer than k documents).
 NO_HIT = -1
 
 
@@ -195,3 +208,83 @@ class BenchmarkDataset(Protocol):
 
 
 QueryId = Hashable
+
+
+# ----------------------------------------------------------------------------- capabilities
+#
+# Small optional protocols for what callers use beyond the four interfaces.
+# A caller checks ``isinstance(obj, Capability)`` (they are runtime
+# checkable) instead of reaching for undeclared attributes with getattr.
+
+
+@runtime_checkable
+class CollectionCatalog(Protocol):
+    """A store that can say which collections it holds and how big they are.
+
+    The pipeline uses it to refuse to overwrite a collection it does not own
+    and the evaluator to check that a dense search returned ``min(k, count)``
+    hits. :class:`~imsearch_align.adapters.base.BaseStore` provides it.
+    """
+
+    def has_collection(self, name: str) -> bool:
+        """Whether a collection of this name exists."""
+        ...
+
+    def list_collections(self) -> list[str]:
+        """Names of every collection, sorted."""
+        ...
+
+    def count(self, name: str) -> int:
+        """Number of vectors stored in the collection."""
+        ...
+
+
+@runtime_checkable
+class ThreadSafety(Protocol):
+    """A store that declares whether ``search`` may be called from several threads.
+
+    The evaluator searches from a thread pool. A store whose ``thread_safe``
+    is ``False`` has its calls serialised; a store that does not declare it
+    is assumed thread-safe (the conformance kit checks that it is).
+    """
+
+    thread_safe: bool
+
+
+def is_thread_safe(store: Any) -> bool:
+    """``store.thread_safe`` when declared (see :class:`ThreadSafety`), else True."""
+    return bool(store.thread_safe) if isinstance(store, ThreadSafety) else True
+
+
+@runtime_checkable
+class StoreProvenance(Protocol):
+    """A store that says what a result must record to be reproduced.
+
+    ``provenance()`` returns JSON-ready values: at least ``{"packages":
+    {distribution: version}}`` for the client libraries it uses, and for a
+    server the version the server itself reports (``"server_version"``).
+    Never a token, password or absolute local path.
+    """
+
+    def provenance(self) -> dict[str, Any]:
+        """Package versions (and server version) behind this store."""
+        ...
+
+
+@runtime_checkable
+class VersionedProvider(Protocol):
+    """An encoder whose weights have a version beyond its ``id`` (cache keys use it)."""
+
+    version: str
+
+
+@runtime_checkable
+class IdLookupProvider(Protocol):
+    """A provider that serves stored vectors by item id instead of encoding items.
+
+    ``lookup_by_id`` is True: :func:`imsearch_align.embedding.embed` passes
+    ids, not raw items, to ``encode``, and such a provider cannot encode new
+    text or images (class prompts, perturbed queries).
+    """
+
+    lookup_by_id: bool
