@@ -35,6 +35,7 @@ __all__ = [
     "IdLookupProvider",
     "SearchResult",
     "StoreProvenance",
+    "StoreUnavailableError",
     "ThreadSafety",
     "VectorStoreAdapter",
     "VersionedProvider",
@@ -44,6 +45,16 @@ __all__ = [
 #: Id used in ``SearchResult.ids`` for "no hit" (a k larger than the collection,
 #: or a sparse query that shares terms with fewer than k documents).
 NO_HIT = -1
+
+
+class StoreUnavailableError(ConnectionError):
+    """The store cannot serve requests and retrying within this run will not help.
+
+    A store raises it after its own short, bounded reconnect attempts have
+    failed (a dead server, a refused connection). The evaluator does not
+    retry it: it stops the remaining batches, keeps (and checkpoints) the
+    finished ones and reports the run as failed with this message.
+    """
 
 
 @dataclass(frozen=True)
