@@ -24,7 +24,7 @@ import numpy as np
 
 from imsearch_align.framework.validation import check_matrix, is_sparse
 
-__all__ = ["CaptioningResult", "nearest_other_caption", "retrieval_captioning_bleu"]
+__all__ = ["CaptioningResult", "corpus_bleu", "nearest_other_caption", "retrieval_captioning_bleu"]
 
 
 @dataclass(frozen=True)
@@ -124,7 +124,7 @@ def retrieval_captioning_bleu(
         ValueError: mismatched lengths, an image without references, or no
             caption left in the pool for some image.
     """
-    sacrebleu = _import_sacrebleu()
+    _import_sacrebleu()  # fail before the search when the extra is missing
     n_pool = np.shape(caption_vecs)[0]
     if len(captions) != n_pool:
         raise ValueError(f"captions has {len(captions)} entries, caption_vecs {n_pool} rows")
@@ -147,15 +147,38 @@ def retrieval_captioning_bleu(
                 f"references has {len(references)} entries, image_vecs {len(img_ids)} rows"
             )
         refs = [list(r) for r in references]
+    hyps = [captions[j] for j in chosen]
+    return corpus_bleu(
+        hyps, refs, tokenize=tokenize, smooth_method=smooth_method, lowercase=lowercase, chosen=chosen
+    )
+
+
+def corpus_bleu(
+    hypotheses: Sequence[str],
+    references: Sequence[Sequence[str]],
+    *,
+    tokenize: str = "13a",
+    smooth_method: str = "exp",
+    lowercase: bool = False,
+    chosen: np.ndarray | None = None,
+) -> CaptioningResult:
+    """sacrebleu corpus BLEU-4 of one hypothesis per image against its references.
+
+    ``references[i]`` are image ``i``'s reference captions (at least one);
+    images may have different numbers of references.
+    """
+    sacrebleu = _import_sacrebleu()
+    refs = [list(r) for r in references]
+    if len(refs) != len(hypotheses):
+        raise ValueError(f"references has {len(refs)} entries, hypotheses {len(hypotheses)}")
     empty = [i for i, r in enumerate(refs) if not r]
     if empty:
-        raise ValueError(f"image {empty[0]} (id {img_ids[empty[0]]!r}) has no reference captions")
-    hyps = [captions[j] for j in chosen]
+        raise ValueError(f"image {empty[0]} has no reference captions")
     # sacrebleu takes reference *streams*; None pads images with fewer references.
-    n_streams = max(len(r) for r in refs)
+    n_streams = max((len(r) for r in refs), default=0)
     streams = [[r[s] if s < len(r) else None for r in refs] for s in range(n_streams)]
     metric = sacrebleu.BLEU(tokenize=tokenize, smooth_method=smooth_method, lowercase=lowercase)
-    score = metric.corpus_score(hyps, streams)
+    score = metric.corpus_score(list(hypotheses), streams)
     return CaptioningResult(
         bleu=float(score.score),
         precisions=tuple(float(p) for p in score.precisions),
@@ -164,5 +187,5 @@ def retrieval_captioning_bleu(
         ref_len=int(score.ref_len),
         tokenize=tokenize,
         signature=str(metric.get_signature()),
-        chosen=chosen,
+        chosen=np.asarray(chosen if chosen is not None else np.arange(len(refs)), dtype=np.int64),
     )

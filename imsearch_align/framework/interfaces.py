@@ -32,6 +32,7 @@ __all__ = [
     "BenchmarkDataset",
     "CollectionCatalog",
     "EmbeddingProvider",
+    "EstimatorParams",
     "IdLookupProvider",
     "SearchResult",
     "StoreProvenance",
@@ -299,3 +300,12 @@ class IdLookupProvider(Protocol):
     """
 
     lookup_by_id: bool
+
+
+@runtime_checkable
+class EstimatorParams(Protocol):
+    """A method that reports its parameters, scikit-learn style (results record them)."""
+
+    def get_params(self, deep: bool = True) -> dict[str, Any]:
+        """Constructor parameters by name."""
+        ...

@@ -1,0 +1,282 @@
+"""What a task works with: embeddings, the fitted method, the store, timing.
+
+:class:`Study` holds what the cells of a sweep share: loaded datasets,
+providers and raw embeddings (loaded once). :class:`TaskContext` is one
+cell: it fits the method on the support pairs, builds aligned spaces on
+demand (and lets a task release them), owns the store and the clock, and
+searches through :meth:`TaskContext.search` (index, evaluate, drop: see
+:mod:`imsearch_align.experiment.search`).
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from imsearch_align.experiment.components import (
+    LoadedData,
+    load_data,
+    make_method,
+    make_store,
+    support_pairs,
+)
+from imsearch_align.experiment.config import ExperimentConfig
+from imsearch_align.framework.interfaces import IdLookupProvider
+
+__all__ = ["Clock", "Study", "TaskContext"]
+
+SUPPORT, TEST = "train", "test"
+
+
+class Clock:
+    """Accumulates wall time per named phase (``with clock("fit_s"): ...``)."""
+
+    def __init__(self) -> None:
+        self.timings: dict[str, float] = {}
+
+    @contextmanager
+    def __call__(self, key: str) -> Iterator[None]:
+        t = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.timings[key] = self.timings.get(key, 0.0) + time.perf_counter() - t
+
+
+class Study:
+    """Datasets, providers and raw embeddings shared by the cells of a sweep.
+
+    Raw embeddings of a whole split are computed (or read from the disk
+    cache) once and kept; a provider that serves stored vectors by id
+    (precomputed embeddings) already holds them, so its rows are gathered
+    on demand instead of being copied into the study.
+    """
+
+    def __init__(self) -> None:
+        self._datasets: dict[str, Any] = {}
+        self._splits: dict[tuple[Any, ...], np.ndarray] = {}
+
+    def load(self, config: ExperimentConfig) -> LoadedData:
+        """The datasets and providers of ``config`` (loaded once per study)."""
+        return load_data(config, self._datasets)
+
+    def embeddings(
+        self,
+        ds: Any,
+        provider: Any,
+        modality: str,
+        ids: np.ndarray,
+        *,
+        split: str,
+        config: ExperimentConfig,
+        progress: bool,
+    ) -> np.ndarray:
+        """Raw ``(len(ids), dim)`` embeddings of ``ids`` (all from ``split`` of ``ds``)."""
+        from imsearch_align.embedding import embed
+
+        if isinstance(provider, IdLookupProvider) and provider.lookup_by_id:
+            return np.asarray(provider.encode(list(np.asarray(ids).tolist()), progress=False))
+        key = (provider.id, ds.fingerprint, modality, split, config.cache_dir)
+        if key not in self._splits:
+            self._splits[key] = embed(
+                ds,
+                provider,
+                modality,
+                ids=ds.split_ids(split, modality),
+                cache_dir=config.cache_dir,
+                batch_size=config.encode_batch_size,
+                progress=progress,
+            )
+        all_ids = ds.split_ids(split, modality)
+        pos = pd.Index(all_ids).get_indexer(np.asarray(ids))
+        if (pos < 0).any():
+            raise ValueError(f"{modality} ids outside split {split!r} of dataset {ds.name!r}")
+        arr = self._splits[key]
+        return arr if len(pos) == len(all_ids) and (pos == np.arange(len(pos))).all() else arr[pos]
+
+    def clear(self) -> None:
+        """Forget everything (frees memory)."""
+        self._datasets.clear()
+        self._splits.clear()
+
+
+class TaskContext:
+    """One experiment cell: data, fitted method, aligned spaces, store, clock."""
+
+    def __init__(
+        self,
+        config: ExperimentConfig,
+        data: LoadedData,
+        study: Study,
+        clock: Clock,
+        *,
+        checkpoint_root: Path | None,
+        progress: bool,
+    ) -> None:
+        self.config = config
+        self.data = data
+        self.dataset = data.dataset
+        self.study = study
+        self.clock = clock
+        self.checkpoint_root = checkpoint_root
+        self.progress = progress
+        self.run_token = uuid.uuid4().hex[:8]
+        self.method: Any = None
+        self.space: tuple[int, bool] | None = None  # aligned (dimension, sparse)
+        self.n_support_pairs = 0
+        self.n_support_available = 0
+        self.notes: list[str] = []
+        self.per_query: list[pd.DataFrame] = []
+        self._raw: dict[tuple[str, str], np.ndarray] = {}
+        self._aligned: dict[tuple[str, str], Any] = {}
+        self._store: Any = None
+
+    # -- data ------------------------------------------------------------------
+    def provider(self, modality: str) -> Any:
+        """The image or text provider."""
+        return self.data.image_provider if modality == "image" else self.data.text_provider
+
+    def ids(self, modality: str, split: str = TEST) -> np.ndarray:
+        """Ids of ``modality`` in ``split`` of the evaluated dataset."""
+        return self.dataset.split_ids(split, modality)
+
+    def raw(self, modality: str, split: str = TEST) -> np.ndarray:
+        """Raw embeddings of a split of the evaluated dataset (computed once per cell)."""
+        key = (modality, split)
+        if key not in self._raw:
+            with self.clock("embed_s"):
+                self._raw[key] = self.study.embeddings(
+                    self.dataset,
+                    self.provider(modality),
+                    modality,
+                    self.ids(modality, split),
+                    split=split,
+                    config=self.config,
+                    progress=self.progress,
+                )
+        return self._raw[key]
+
+    def fit(self) -> Any:
+        """Fit the method on the seeded support sample (of ``support_dataset`` when set)."""
+        sup = self.data.support
+        txt_ids, img_ids = support_pairs(sup, self.config.n_support, self.config.seed)
+        self.n_support_pairs = len(txt_ids)
+        self.n_support_available = int((sup.texts["split"] == SUPPORT).sum())
+        with self.clock("embed_s"):
+            X = self._support_rows(sup, "image", img_ids)
+            Y = self._support_rows(sup, "text", txt_ids)
+        method = make_method(self.config)
+        with self.clock("fit_s"):
+            method.fit(X, Y)
+        self.method = method
+        return method
+
+    def _support_rows(self, ds: Any, modality: str, ids: np.ndarray) -> np.ndarray:
+        return self.study.embeddings(
+            ds,
+            self.provider(modality),
+            modality,
+            ids,
+            split=SUPPORT,
+            config=self.config,
+            progress=self.progress,
+        )
+
+    def transform(self, modality: str, raw: Any) -> Any:
+        """Map raw vectors of ``modality`` into the aligned space (timed)."""
+        from imsearch_align.framework.validation import is_sparse
+
+        with self.clock("transform_s"):
+            if modality == "image":
+                out = self.method.transform_images(raw)
+            else:
+                out = self.method.transform_texts(raw)
+        self.space = (int(out.shape[1]), bool(is_sparse(out)))
+        return out
+
+    def aligned(self, modality: str, split: str = TEST) -> Any:
+        """Aligned vectors of a split (built once; :meth:`release` frees them)."""
+        key = (modality, split)
+        if key not in self._aligned:
+            self._aligned[key] = self.transform(modality, self.raw(modality, split))
+        return self._aligned[key]
+
+    def release(self, modality: str | None = None) -> None:
+        """Drop cached raw and aligned arrays (of one modality, or all)."""
+        for cache in (self._raw, self._aligned):
+            for key in [k for k in cache if modality is None or k[0] == modality]:
+                del cache[key]
+
+    def encode_texts(self, texts: Sequence[str], namespace: str) -> np.ndarray:
+        """Raw vectors of new texts (class prompts), through the embedding cache."""
+        from imsearch_align.embedding import embed_texts
+
+        provider = self.provider("text")
+        if isinstance(provider, IdLookupProvider) and provider.lookup_by_id:
+            raise ValueError(
+                f"task {self.config.task!r} encodes new text ({namespace}), but the text "
+                "embeddings are precomputed and cannot encode it: name a text encoder"
+            )
+        with self.clock("embed_s"):
+            return embed_texts(
+                provider,
+                list(texts),
+                cache_dir=self.config.cache_dir,
+                batch_size=self.config.encode_batch_size,
+                progress=self.progress,
+                namespace=namespace,
+            )
+
+    # -- store and search ----------------------------------------------------------
+    @property
+    def open_store(self) -> Any:
+        """The store if this cell created one, else None (never creates it)."""
+        return self._store
+
+    @property
+    def store(self) -> Any:
+        """The store of this cell (created on first use, closed by :meth:`close`)."""
+        if self._store is None:
+            self._store = make_store(self.config)
+        return self._store
+
+    def collection_name(self, ranking: str) -> str:
+        """A collection name owned by this run (a unique suffix: runs never collide)."""
+        slug = "".join(c if c.isalnum() else "_" for c in ranking).strip("_")
+        return f"ia_{slug}_{self.config.key()}_{self.run_token}"
+
+    def search(
+        self,
+        name: str,
+        docs: Any,
+        doc_ids: Any,
+        queries: Any,
+        query_ids: Any,
+        qrels: Any,
+        **kw: Any,
+    ):
+        """Index ``docs``, evaluate ``queries`` (and variants), drop; see
+        :func:`imsearch_align.experiment.search.index_and_evaluate`."""
+        from imsearch_align.experiment.search import index_and_evaluate
+
+        return index_and_evaluate(self, name, docs, doc_ids, queries, query_ids, qrels, **kw)
+
+    def note(self, reason: str) -> None:
+        """Record a reason the run is degraded."""
+        self.notes.append(reason)
+
+    def close(self) -> None:
+        """Close the store and free the cell's arrays."""
+        self.release()
+        if self._store is not None:
+            try:
+                self._store.close()
+            finally:
+                self._store = None

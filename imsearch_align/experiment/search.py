@@ -1,0 +1,207 @@
+"""Index, evaluate, drop: how every search-based task measures a ranking.
+
+:func:`index_and_evaluate` creates a collection owned by this run (a unique
+name: two runs sharing a server never touch each other's collections),
+inserts the documents, evaluates the queries (and perturbed variants of
+them) with :class:`~imsearch_align.framework.evaluator.BenchmarkEvaluator`,
+optionally measures ANN fidelity from the true inner products of the
+returned ids, and drops the collection. Checkpoints are keyed on everything
+that fixes the ranking: the documents and their ids, the config (method,
+store and dataset parameters) and the ranking's name.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import time
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from imsearch_align.experiment.result import RankingResult, SearchTimings
+from imsearch_align.framework.evaluator import BenchmarkEvaluator, BenchmarkResult, NaNScoreError
+from imsearch_align.framework.validation import is_sparse
+
+__all__ = ["default_measures", "index_and_evaluate", "ranking_result"]
+
+log = logging.getLogger(__name__)
+
+
+def default_measures(k_values: tuple[int, ...]) -> list[str]:
+    """The measures reported at each cutoff, from the measure table."""
+    from imsearch_align.framework.measures import default_measures as table_defaults
+
+    return table_defaults(k_values)
+
+
+def _digest(x: Any) -> str:
+    """Content digest of a dense or CSR matrix (or id array)."""
+    h = hashlib.sha256()
+    if is_sparse(x):
+        for part in (x.data, x.indices, x.indptr):
+            h.update(np.ascontiguousarray(part).tobytes())
+        h.update(str(x.shape).encode())
+    else:
+        a = np.ascontiguousarray(x)
+        h.update(str((a.shape, a.dtype)).encode())
+        h.update(a.tobytes())
+    return h.hexdigest()[:16]
+
+
+def _distinct_errors(res: BenchmarkResult, limit: int = 5) -> tuple[str, ...]:
+    return tuple(dict.fromkeys(str(e) for e in res.errors.values()))[:limit]
+
+
+def _opt(x: Any) -> float | None:
+    try:
+        f = float(x)
+    except (TypeError, ValueError):
+        return None
+    return None if np.isnan(f) else f
+
+
+def ranking_result(
+    name: str,
+    res: BenchmarkResult,
+    *,
+    n_docs: int,
+    index_build_s: float,
+    fidelity: Mapping[str, float] | None = None,
+) -> RankingResult:
+    """The typed summary of one evaluation."""
+    t = res.timings
+    n_batches = int(t.get("n_batches", 0) or 0)
+    searched = int(t.get("n_batches_searched", n_batches) or 0)
+    timings = SearchTimings(
+        index_build_s=float(index_build_s),
+        search_s=float(t.get("search_s", 0.0)),
+        metrics_s=float(t.get("metrics_s", 0.0)),
+        queries_per_s=_opt(t.get("queries_per_s")) if searched else None,
+        batch_p50_ms=_opt(t.get("batch_p50_ms")),
+        batch_p95_ms=_opt(t.get("batch_p95_ms")),
+        batch_p99_ms=_opt(t.get("batch_p99_ms")),
+        n_batches=n_batches,
+        n_batches_searched=searched,
+        n_batches_resumed=int(t.get("n_batches_resumed", n_batches - searched) or 0),
+    )
+    ev = res.evaluation
+    return RankingResult(
+        name=name,
+        metrics=res.mean(),
+        intervals={m: (float(lo), float(hi)) for m, (lo, hi) in res.intervals.items()},
+        n_queries=len(ev.query_ids),
+        n_docs=int(n_docs),
+        n_failed=len(res.failed_queries),
+        n_missing=len(ev.missing_queries),
+        n_ignored=len(ev.ignored_queries),
+        failed_queries=tuple(_py(q) for q in res.failed_queries[:100]),
+        errors=_distinct_errors(res),
+        timings=timings,
+        fidelity=dict(fidelity or {}),
+    )
+
+
+def _py(x: Any) -> Any:
+    return x.item() if isinstance(x, np.generic) else x
+
+
+def _evaluate(ev: BenchmarkEvaluator, queries: Any, qrels: Any, query_ids: Any) -> BenchmarkResult:
+    """Evaluate; a NaN score fails those queries (kept and named), not the run."""
+    try:
+        return ev.evaluate(queries, qrels, query_ids=query_ids)
+    except NaNScoreError as err:
+        if err.partial is None:
+            raise
+        return err.partial
+
+
+def index_and_evaluate(
+    ctx: Any,
+    name: str,
+    docs: Any,
+    doc_ids: Any,
+    queries: Any,
+    query_ids: Any,
+    qrels: Any,
+    *,
+    measures: list[str] | None = None,
+    k: int | None = None,
+    searcher: Any = None,
+    variants: Mapping[str, Any] | None = None,
+    runs: dict[str, Any] | None = None,
+) -> dict[str, RankingResult]:
+    """Index ``docs`` in a new collection, evaluate, drop; one result per ranking.
+
+    ``variants`` (label -> query vectors, same rows as ``queries``) are
+    evaluated against the same index as ``f"{name}[{label}]"``. ``searcher``
+    wraps the store for searching (classification's best-prompt mapping).
+    Per-query frames are added to ``ctx.per_query``; with ``runs`` (a dict)
+    each ranking's :class:`~imsearch_align.framework.metrics.Run` is put there too.
+    """
+    cfg = ctx.config
+    store = ctx.store
+    k = max(cfg.k_values) if k is None else k
+    doc_ids = np.asarray(doc_ids, dtype=np.int64)
+    collection = ctx.collection_name(name)
+    sparse = bool(is_sparse(docs))
+    t = time.perf_counter()
+    store.create_collection(collection, int(docs.shape[1]), sparse=sparse, metric="ip")
+    try:
+        store.insert(collection, docs, doc_ids)
+        build_s = time.perf_counter() - t
+        ckpt_key = f"{cfg.key()}|{name}|{_digest(docs)}|{_digest(doc_ids)}|k={k}"
+        out: dict[str, RankingResult] = {}
+        for label, q in {
+            name: queries,
+            **{f"{name}[{v}]": vq for v, vq in (variants or {}).items()},
+        }.items():
+            ev = BenchmarkEvaluator(
+                store if searcher is None else searcher,
+                collection,
+                k=k,
+                measures=default_measures(cfg.k_values) if measures is None else measures,
+                batch_size=cfg.batch_size,
+                workers=cfg.workers,
+                progress=ctx.progress,
+                seed=cfg.seed,
+                checkpoint_dir=_checkpoint_dir(ctx, label),
+                checkpoint_key=ckpt_key,
+            )
+            res = _evaluate(ev, q, qrels, query_ids)
+            fid = None
+            if cfg.ann_fidelity and label == name and searcher is None:
+                fid = _fidelity(store, collection, docs, doc_ids, q, k)
+            out[label] = ranking_result(
+                label, res, n_docs=docs.shape[0], index_build_s=build_s, fidelity=fid
+            )
+            if runs is not None:
+                runs[label] = res.run
+            frame = res.per_query.copy()
+            frame.insert(0, "ranking", label)
+            ctx.per_query.append(frame)
+    finally:
+        try:
+            store.drop_collection(collection)
+        except Exception as exc:  # dropping must not hide the real error
+            log.warning("dropping collection %s failed: %s", collection, exc)
+    return out
+
+
+def _checkpoint_dir(ctx: Any, label: str) -> Any:
+    if ctx.checkpoint_root is None:
+        return None
+    slug = "".join(c if c.isalnum() else "_" for c in label)
+    return ctx.checkpoint_root / slug
+
+
+def _fidelity(
+    store: Any, collection: str, docs: Any, doc_ids: np.ndarray, queries: Any, k: int
+) -> dict[str, float]:
+    """Recall@k of the store against exact search, from the true inner products."""
+    from imsearch_align.framework.fidelity import ann_recall
+
+    got = store.search(collection, queries, k)
+    rep = ann_recall(got, docs, doc_ids, queries, k)
+    return rep.as_metrics()

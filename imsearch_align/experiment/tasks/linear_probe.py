@@ -1,0 +1,127 @@
+"""Linear probe: logistic regression on frozen image embeddings, raw and aligned.
+
+CLIP_benchmark's linear probe: fit a logistic-regression classifier on the
+training split's image embeddings and labels (C chosen on a validation part
+of it), report top-1 and top-5 accuracy and the mean per-class recall on the
+test split. Run twice, on the raw encoder embeddings and on the aligned
+ones, so the table shows what the alignment keeps of the class information.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from imsearch_align.experiment.result import TaskResult
+from imsearch_align.experiment.tasks.base import Task, TaskUnsupportedError, require_labels
+from imsearch_align.framework.validation import is_sparse
+
+__all__ = ["LinearProbe"]
+
+#: Aligned sparse spaces are densified for the probe up to this many cells.
+MAX_DENSE_CELLS = 200_000_000
+
+
+def _labels(ds: Any, ids: np.ndarray) -> np.ndarray:
+    return pd.Series(ds.labels, index=ds.images["image_id"].to_numpy()).loc[ids].to_numpy()
+
+
+def _dense(m: Any, what: str) -> np.ndarray:
+    if not is_sparse(m):
+        return np.asarray(m)
+    if m.shape[0] * m.shape[1] > MAX_DENSE_CELLS:
+        raise ValueError(
+            f"linear_probe: the aligned {what} space is sparse {m.shape}; densifying it would need "
+            f"{m.shape[0] * m.shape[1] * 4 / 2**30:.1f} GiB: use fewer anchors (method_params)"
+        )
+    return m.toarray()
+
+
+class LinearProbe(Task):
+    """Logistic-regression probe on raw and aligned image embeddings (CLIP_benchmark).
+
+    Args:
+        fewshot_k: training samples per class (None = all).
+        Cs: inverse regularisation strengths tried on the validation split.
+        max_iter: solver iterations.
+        normalize: L2-normalise features first.
+    """
+
+    name = "linear_probe"
+    measures = "raw_acc1, raw_acc5, aligned_acc1, aligned_acc5, *_mean_per_class_recall"
+    source = "CLIP_benchmark linear probe"
+
+    def __init__(
+        self,
+        fewshot_k: int | None = None,
+        Cs: Sequence[float] | None = None,
+        max_iter: int = 1000,
+        normalize: bool = True,
+    ) -> None:
+        from imsearch_align.diagnostics.linear_probe import DEFAULT_CS
+
+        self.fewshot_k = fewshot_k
+        self.Cs = tuple(float(c) for c in (Cs if Cs is not None else DEFAULT_CS))
+        self.max_iter = int(max_iter)
+        self.normalize = bool(normalize)
+
+    def params(self) -> dict[str, Any]:
+        return {
+            "fewshot_k": self.fewshot_k,
+            "Cs": list(self.Cs),
+            "max_iter": self.max_iter,
+            "normalize": self.normalize,
+        }
+
+    def check(self, data: Any, config: Any) -> None:
+        ds = data.dataset
+        require_labels(ds, self.name)
+        for split in ("train", "test"):
+            if len(ds.split_ids(split, "image")) == 0:
+                raise TaskUnsupportedError(
+                    f"task 'linear_probe' trains on the 'train' split's labelled images and tests on "
+                    f"'test'; dataset {ds.name!r} has no {split!r} images"
+                )
+
+    def run(self, ctx: Any) -> TaskResult:
+        from imsearch_align.diagnostics.linear_probe import linear_probe
+
+        ds = ctx.dataset
+        train_ids, test_ids = ctx.ids("image", "train"), ctx.ids("image", "test")
+        y_train, y_test = _labels(ds, train_ids), _labels(ds, test_ids)
+        spaces = {
+            "raw": (ctx.raw("image", "train"), ctx.raw("image", "test")),
+            "aligned": (
+                _dense(ctx.transform("image", ctx.raw("image", "train")), "train"),
+                _dense(ctx.aligned("image"), "test"),
+            ),
+        }
+        metrics: dict[str, float] = {}
+        details: dict[str, Any] = {"params": self.params()}
+        for space, (Xtr, Xte) in spaces.items():
+            with ctx.clock("probe_s"):
+                r = linear_probe(
+                    Xtr,
+                    y_train,
+                    Xte,
+                    y_test,
+                    seed=ctx.config.seed,
+                    fewshot_k=self.fewshot_k,
+                    Cs=self.Cs,
+                    normalize=self.normalize,
+                    max_iter=self.max_iter,
+                )
+            metrics[f"{space}_acc1"] = r.acc1
+            metrics[f"{space}_acc5"] = r.acc5
+            metrics[f"{space}_mean_per_class_recall"] = r.mean_per_class_recall
+            details[space] = {
+                "C": r.C,
+                "val_acc1": r.val_acc1,
+                "n_train": r.n_train,
+                "n_val": r.n_val,
+                "n_test": r.n_test,
+            }
+        return TaskResult(self.name, {}, metrics, details)

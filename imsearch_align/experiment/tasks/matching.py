@@ -1,0 +1,180 @@
+"""Matching: a one-to-one assignment of test images to captions (MMA benchmark).
+
+Each test image keeps one caption (its first, or the mean of its captions'
+raw embeddings, as the local-CKA code does); the images and captions are
+shuffled by the assignment, and the Hungarian algorithm finds the
+one-to-one assignment that maximises the summed aligned score
+(``linear_sum_assignment(..., maximize=True)``, MMA's ``linear_matching``).
+**Matching accuracy** is the fraction of images assigned their own caption;
+``top1_accuracy`` (each image's best caption, no one-to-one constraint) is
+reported beside it.
+
+Up to ``dense_limit`` images the full score matrix is built. Above it, each
+image's and each caption's top ``candidates`` from the store form a sparse
+bipartite graph, solved exactly by
+``scipy.sparse.csgraph.min_weight_full_bipartite_matching``; if that graph
+has no perfect matching the error says to raise ``candidates``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from imsearch_align.experiment.result import TaskResult
+from imsearch_align.experiment.tasks.base import Task, TaskUnsupportedError, require_split
+from imsearch_align.framework.metrics import Qrels
+from imsearch_align.framework.validation import check_int, is_sparse
+
+__all__ = ["Matching", "hungarian_accuracy"]
+
+
+def hungarian_accuracy(scores: np.ndarray) -> tuple[float, np.ndarray]:
+    """Accuracy of the max-score one-to-one assignment on a square ``scores``
+    whose diagonal holds the true pairs; returns ``(accuracy, assigned column per row)``."""
+    from scipy.optimize import linear_sum_assignment
+
+    s = np.asarray(scores, dtype=np.float64)
+    if s.ndim != 2 or s.shape[0] != s.shape[1]:
+        raise ValueError(f"scores must be a square matrix, got shape {s.shape}")
+    rows, cols = linear_sum_assignment(s, maximize=True)
+    assigned = np.empty(len(s), dtype=np.int64)
+    assigned[rows] = cols
+    return float(np.mean(assigned == np.arange(len(s)))), assigned
+
+
+class Matching(Task):
+    """One-to-one image-caption assignment by the Hungarian algorithm (MMA benchmark).
+
+    Args:
+        caption: ``"first"`` (each image's lowest-id caption) or ``"mean"``
+            (the mean of its captions' raw embeddings, then aligned).
+        max_items: match a seeded sample of this many images (MMA uses
+            100-500); ``None`` = every test image with a caption.
+        dense_limit: above this many images, match over store candidates.
+        candidates: top candidates per image and per caption (sparse path).
+    """
+
+    name = "matching"
+    measures = "matching accuracy (Hungarian one-to-one assignment), top1_accuracy"
+    source = "MMA benchmark linear_matching (Maniparambil et al., CVPR 2024)"
+
+    def __init__(
+        self,
+        caption: str = "first",
+        max_items: int | None = None,
+        dense_limit: int = 4000,
+        candidates: int = 50,
+    ) -> None:
+        if caption not in ("first", "mean"):
+            raise ValueError(f"task_params caption must be 'first' or 'mean', got {caption!r}")
+        self.caption = caption
+        self.max_items = (
+            None if max_items is None else check_int(max_items, "task_params max_items", low=2)
+        )
+        self.dense_limit = check_int(dense_limit, "task_params dense_limit", low=2)
+        self.candidates = check_int(candidates, "task_params candidates", low=1)
+
+    def params(self) -> dict[str, Any]:
+        return {k: getattr(self, k) for k in ("caption", "max_items", "dense_limit", "candidates")}
+
+    def check(self, data: Any, config: Any) -> None:
+        require_split(data.dataset, "test", "image", self.name)
+        require_split(data.dataset, "test", "text", self.name)
+
+    def _pairs(self, ctx: Any) -> tuple[np.ndarray, np.ndarray]:
+        """Image ids and their chosen caption's text id (seeded sample)."""
+        txt = ctx.dataset.texts
+        txt = txt[txt["split"] == "test"].sort_values("text_id", kind="stable")
+        first = txt.drop_duplicates("image_id")
+        if self.max_items is not None and self.max_items < len(first):
+            pick = np.random.default_rng(ctx.config.seed).choice(
+                len(first), self.max_items, replace=False
+            )
+            first = first.iloc[np.sort(pick)]
+        if len(first) < 2:
+            raise TaskUnsupportedError("task 'matching' needs at least 2 captioned test images")
+        return first["image_id"].to_numpy(np.int64), first["text_id"].to_numpy(np.int64)
+
+    def _caption_vectors(self, ctx: Any, img_ids: np.ndarray, txt_ids: np.ndarray) -> Any:
+        all_txt = ctx.ids("text")
+        if self.caption == "first":
+            return _rows(ctx.aligned("text"), pd.Index(all_txt).get_indexer(txt_ids))
+        txt = ctx.dataset.texts.set_index("text_id").loc[all_txt]
+        group = pd.Index(img_ids).get_indexer(txt["image_id"].to_numpy())
+        raw = ctx.raw("text")
+        keep = group >= 0
+        sums = np.zeros((len(img_ids), raw.shape[1]))
+        np.add.at(sums, group[keep], raw[keep])
+        counts = np.bincount(group[keep], minlength=len(img_ids))[:, None]
+        return ctx.transform("text", (sums / counts).astype(np.float32))
+
+    def run(self, ctx: Any) -> TaskResult:
+        img_ids, txt_ids = self._pairs(ctx)
+        A_img = _rows(ctx.aligned("image"), pd.Index(ctx.ids("image")).get_indexer(img_ids))
+        A_txt = self._caption_vectors(ctx, img_ids, txt_ids)
+        n = len(img_ids)
+        rankings: dict[str, Any] = {}
+        if n <= self.dense_limit:
+            S = A_img @ A_txt.T
+            S = np.asarray(S.toarray() if is_sparse(S) else S, dtype=np.float64)
+            acc, _ = hungarian_accuracy(S)
+            top1 = float(np.mean(np.argmax(S, axis=1) == np.arange(n)))
+            path = "dense score matrix"
+        else:
+            acc, top1, rankings = self._sparse(ctx, A_img, A_txt, n)
+            path = f"store candidates (top {self.candidates} per image and per caption)"
+        details = {"n_items": n, "path": path, **self.params()}
+        return TaskResult(self.name, rankings, {"accuracy": acc, "top1_accuracy": top1}, details)
+
+    def _sparse(
+        self, ctx: Any, A_img: Any, A_txt: Any, n: int
+    ) -> tuple[float, float, dict[str, Any]]:
+        import scipy.sparse as sp
+        from scipy.sparse.csgraph import min_weight_full_bipartite_matching
+
+        idx = np.arange(n, dtype=np.int64)
+        qrels = Qrels.from_pairs(idx, idx)
+        k = min(self.candidates, n)
+        runs: dict[str, Any] = {}
+        rankings = ctx.search(
+            "i2t", A_txt, idx, A_img, idx, qrels, k=k, measures=["HitRate@1"], runs=runs
+        )
+        rankings.update(
+            ctx.search("t2i", A_img, idx, A_txt, idx, qrels, k=k, measures=["HitRate@1"], runs=runs)
+        )
+        rows, cols, vals = [], [], []
+        for label, transpose in (("i2t", False), ("t2i", True)):
+            run = runs[label]
+            q = np.repeat(np.asarray(run.query_ids, dtype=np.int64), run.k)
+            d, s = run.doc_ids.ravel(), run.scores.ravel()
+            ok = d >= 0
+            r, c = (d[ok], q[ok]) if transpose else (q[ok], d[ok])
+            rows.append(r)
+            cols.append(c)
+            vals.append(s[ok].astype(np.float64))
+        r, c, v = (np.concatenate(x) for x in (rows, cols, vals))
+        best = np.full(n, -1)
+        i2t = runs["i2t"]
+        best[np.asarray(i2t.query_ids, dtype=np.int64)] = i2t.doc_ids[:, 0]
+        top1 = float(np.mean(best == idx))
+        # Maximise the summed score == minimise sum(C - score) over a full matching (C > max).
+        weights = (v.max() + 1.0) - v
+        G = sp.coo_matrix((weights, (r, c)), shape=(n, n)).tocsr()
+        G.sum_duplicates()
+        try:
+            _, matched = min_weight_full_bipartite_matching(G)
+        except ValueError:
+            raise ValueError(
+                f"task 'matching': the top-{self.candidates} candidate graph of {n} images has no "
+                "one-to-one assignment; raise task_params candidates or dense_limit"
+            ) from None
+        return float(np.mean(matched == idx)), top1, rankings
+
+
+def _rows(m: Any, pos: np.ndarray) -> Any:
+    if (pos < 0).any():
+        raise ValueError("matching: an id is not in the test split")
+    return m[pos]

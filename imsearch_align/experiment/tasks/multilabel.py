@@ -1,0 +1,93 @@
+"""Multi-label classification: class-prompt vectors scored against every image, mAP.
+
+Each class gets one vector in the aligned space (prompt ensemble as in
+zero-shot classification); the test images search the class vectors in the
+store for all ``C`` classes, and the scores give CLIP_benchmark's
+multi-label mean average precision: per class, rank the images by score,
+``AP_c = sum over positives of precision@i / #positives`` (torchnet's AP; a
+class without positives scores 0 and counts), mAP = mean over classes. The
+class ranking of each image is also scored (P@k, R@k, nDCG@k... with the
+image's label set as its relevant classes).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from imsearch_align.experiment.result import TaskResult
+from imsearch_align.experiment.tasks.base import Task, require_labels, require_split
+from imsearch_align.experiment.tasks.classification import class_prompts, class_vectors
+from imsearch_align.framework.metrics import Qrels
+
+__all__ = ["MultiLabel", "label_set_qrels"]
+
+
+def label_set_qrels(image_ids: np.ndarray, label_sets: Any) -> Qrels:
+    """Qrels with each image's classes relevant (``image_id -> class index``)."""
+    q = np.repeat(np.asarray(image_ids, dtype=np.int64), [len(s) for s in label_sets])
+    d = np.asarray([c for s in label_sets for c in s], dtype=np.int64)
+    return Qrels.from_pairs(q, d)
+
+
+class MultiLabel(Task):
+    """Multi-label mAP of class-prompt vectors (CLIP_benchmark)."""
+
+    name = "multilabel"
+    measures = "mAP (mean over classes of average precision), plus the per-image class ranking"
+    source = "CLIP_benchmark multi-label classification (torchnet AP)"
+
+    def check(self, data: Any, config: Any) -> None:
+        require_labels(data.dataset, self.name, multi=True)
+        require_split(data.dataset, "test", "image", self.name)
+
+    def run(self, ctx: Any) -> TaskResult:
+        from imsearch_align.diagnostics.multilabel import multilabel_map
+
+        ds = ctx.dataset
+        names = list(ds.class_names)
+        templates = list(ds.templates or ("a photo of a {c}.",))
+        C, T = len(names), len(templates)
+        raw = ctx.encode_texts(class_prompts(names, templates), "class prompts")
+        docs = class_vectors(ctx.transform("text", raw), C, T)
+        test_ids = ctx.ids("image")
+        sets = pd.Series(list(ds.label_sets), index=ds.images["image_id"].to_numpy()).loc[test_ids]
+        ks = sorted({k for k in ctx.config.k_values if k <= C}) or [C]
+        measures = [
+            m for k in ks for m in (f"P@{k}", f"R@{k}", f"nDCG@{k}", f"AP@{k}", f"HitRate@{k}")
+        ]
+        runs: dict[str, Any] = {}
+        ranking = ctx.search(
+            "multilabel",
+            docs,
+            np.arange(C),
+            ctx.aligned("image"),
+            test_ids,
+            label_set_qrels(test_ids, sets.tolist()),
+            measures=measures,
+            k=C,
+            runs=runs,
+        )["multilabel"]
+        run = runs["multilabel"]
+        scores = np.full((len(test_ids), C), -np.inf)
+        row = pd.Index(test_ids).get_indexer(np.asarray(run.query_ids))
+        ok = run.doc_ids >= 0
+        r = np.repeat(row, run.k).reshape(run.doc_ids.shape)
+        scores[r[ok], run.doc_ids[ok]] = run.scores[ok]
+        targets = np.zeros((len(test_ids), C), dtype=np.int8)
+        for i, s in enumerate(sets):
+            targets[i, list(s)] = 1
+        res = multilabel_map(
+            np.where(np.isfinite(scores), scores, np.finfo(np.float64).min), targets
+        )
+        details = {
+            "n_classes": C,
+            "n_templates": T,
+            "classes_without_positives": res.n_classes_without_positives,
+            "per_class_ap": {names[c]: float(res.per_class_ap[c]) for c in range(C)},
+        }
+        return TaskResult(
+            self.name, {"multilabel": ranking}, {"mAP": res.mean_average_precision}, details
+        )

@@ -1,0 +1,116 @@
+"""Retrieval: text-to-image and image-to-text search of the test split.
+
+Each direction indexes one modality in the store and searches it with the
+other; P@k, R@k, nDCG@k, AP@k, RR@k and HitRate@k (CLIP_benchmark's
+recall@k) follow trec_eval. Perturbations re-encode the queries (typos,
+blur...) and search the same index.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from imsearch_align.experiment.result import TaskResult
+from imsearch_align.experiment.tasks.base import Task, TaskUnsupportedError, require_split
+
+__all__ = ["Retrieval"]
+
+DOCS = {"t2i": ("image", "text"), "i2t": ("text", "image")}
+
+
+class _LazyImages(Sequence):
+    """Dataset images opened on access (paths or encoded bytes -> RGB PIL)."""
+
+    def __init__(self, items: Sequence[Any]) -> None:
+        self.items = items
+
+    def __len__(self) -> int:
+        return len(self.items)
+
+    def __getitem__(self, i: Any) -> Any:
+        import io
+
+        from PIL import Image
+
+        item = self.items[i]
+        src = io.BytesIO(item) if isinstance(item, bytes | bytearray) else item
+        with Image.open(src) as im:
+            return im.convert("RGB")
+
+
+def perturbed_queries(ctx: Any, direction: str) -> dict[str, Any]:
+    """Aligned query vectors for each configured perturbation of ``direction``'s modality."""
+    cfg = ctx.config
+    if not cfg.perturbations:
+        return {}
+    from imsearch_align.diagnostics.perturbations import PerturbedItems, get_perturbation
+    from imsearch_align.embedding import items_for
+    from imsearch_align.framework.interfaces import IdLookupProvider
+
+    modality = DOCS[direction][1]
+    provider = ctx.provider(modality)
+    out: dict[str, Any] = {}
+    for name in cfg.perturbations:
+        pert = get_perturbation(name, **cfg.perturbation_params.get(name, {}))
+        if pert.modality != modality:
+            continue
+        if isinstance(provider, IdLookupProvider) and provider.lookup_by_id:
+            raise TaskUnsupportedError(
+                f"perturbation {name!r} changes the {modality} queries before encoding, but the "
+                f"{modality} embeddings are precomputed; name a {modality} encoder"
+            )
+        table = ctx.dataset.texts if modality == "text" else ctx.dataset.images
+        col = "text_id" if modality == "text" else "image_id"
+        rows = table.set_index(col).loc[ctx.ids(modality)].reset_index()
+        items = items_for(ctx.dataset, modality, rows)
+        if modality == "image":
+            items = _LazyImages(items)
+        perturbed = PerturbedItems(items, pert, seed=cfg.seed)
+        with ctx.clock("embed_s"):
+            E = provider.encode(perturbed, batch_size=cfg.encode_batch_size, progress=ctx.progress)
+        out[name] = ctx.transform(modality, E)
+    return out
+
+
+class Retrieval(Task):
+    """Text-to-image and image-to-text search (``directions``) of the test split."""
+
+    name = "retrieval"
+    measures = "P@k, R@k, nDCG@k, AP@k, RR@k, HitRate@k per direction (trec_eval definitions)"
+    source = "trec_eval; HitRate@k is CLIP_benchmark's image_/text_retrieval_recall@k"
+
+    def check(self, data: Any, config: Any) -> None:
+        for direction in config.directions:
+            for modality in DOCS[direction]:
+                require_split(data.dataset, "test", modality, self.name)
+
+    def run(self, ctx: Any) -> TaskResult:
+        cfg = ctx.config
+        rankings = {}
+        for direction in cfg.directions:
+            doc_mod, q_mod = DOCS[direction]
+            variants = perturbed_queries(ctx, direction)
+            rankings.update(
+                ctx.search(
+                    direction,
+                    ctx.aligned(doc_mod),
+                    ctx.ids(doc_mod),
+                    ctx.aligned(q_mod),
+                    ctx.ids(q_mod),
+                    ctx.dataset.qrels(direction, "test"),
+                    variants=variants,
+                )
+            )
+        details: dict[str, Any] = {}
+        if cfg.perturbations:
+            details["perturbations"] = {
+                name: {
+                    "direction": next(d for d in cfg.directions if f"{d}[{name}]" in rankings),
+                    "params": dict(cfg.perturbation_params.get(name, {})),
+                    "seed": cfg.seed,
+                }
+                for name in cfg.perturbations
+                if any(f"{d}[{name}]" in rankings for d in cfg.directions)
+            }
+        return TaskResult(self.name, rankings, {}, details)
