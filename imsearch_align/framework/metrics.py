@@ -2,19 +2,9 @@
 
 The definitions are trec_eval's (``ndcg_cut``, ``P``, ``recall``,
 ``map_cut``), so ``evaluate`` agrees with ``pytrec_eval`` to floating-point
-precision on tie-free runs. Canonical measure names:
-
-=================  ==========================  ========================
-ours               trec_eval / pytrec_eval      CLIP_benchmark
-=================  ==========================  ========================
-``P@k``            ``P_k``                      –
-``R@k``            ``recall_k``                 –
-``nDCG@k``         ``ndcg_cut_k``               –
-``AP@k``           ``map_cut_k``                –
-``RR@k``           ``recip_rank`` (no cutoff)   –
-``HitRate@k``      ``success_k``                ``recall@k``
-``Accuracy``       ``success_1``                ``acc1``
-=================  ==========================  ========================
+precision on tie-free runs. The measure names, their trec_eval and
+CLIP_benchmark aliases, definitions and kernels are one table in
+:mod:`imsearch_align.framework.measures`.
 
 Semantics (documented in the README):
 
@@ -28,13 +18,17 @@ Semantics (documented in the README):
   absent from the run scores 0 (and is listed in ``missing_queries``); a
   query without relevant documents scores 0. A run query absent from the
   qrels is ignored (and listed in ``ignored_queries``).
+* A qrels doc id of ``-1`` is rejected (it is the run's no-hit marker).
+  String doc ids on one side and integer ids on the other can never match:
+  :func:`evaluate` raises when no id type is shared and warns with counts
+  when only some ids are of the other type.
 """
 
 from __future__ import annotations
 
 import itertools
 import os
-import re
+import warnings
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -43,8 +37,14 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from imsearch_align.framework import measures as _measures
+from imsearch_align.framework.interfaces import NO_HIT
+from imsearch_align.framework.measures import MAX_K, lookup, parse_measure, valid_measure_names
+
 __all__ = [
+    "MAX_K",
     "EvaluationResult",
+    "IdTypeWarning",
     "Qrels",
     "Run",
     "bootstrap_ci",
@@ -54,33 +54,9 @@ __all__ = [
     "valid_measure_names",
 ]
 
-_MEASURE_RE = re.compile(r"^(P|R|nDCG|AP|RR|HitRate)@([0-9]+)$")
-_FAMILIES = ("P", "R", "nDCG", "AP", "RR", "HitRate")
-MAX_K = 1_000_000
 
-
-def valid_measure_names() -> str:
-    """Human-readable list of valid measure names, for error messages."""
-    return "P@k, R@k, nDCG@k, AP@k, RR@k, HitRate@k (k a positive integer), Accuracy"
-
-
-def parse_measure(name: str) -> tuple[str, int]:
-    """Split a canonical measure name into ``(family, k)``.
-
-    ``"Accuracy"`` is ``("HitRate", 1)``. Unknown names raise ``ValueError``
-    listing the valid ones.
-    """
-    if name == "Accuracy":
-        return "HitRate", 1
-    m = _MEASURE_RE.match(name) if isinstance(name, str) else None
-    if m is None:
-        raise ValueError(
-            f"measures: unknown measure {name!r}; expected one of {valid_measure_names()}"
-        )
-    k = int(m.group(2))
-    if not 1 <= k <= MAX_K:
-        raise ValueError(f"measures: k in {name!r} must be in [1, {MAX_K}], got {k}")
-    return m.group(1), k
+class IdTypeWarning(UserWarning):
+    """Some doc ids are strings on one side and integers on the other (they never match)."""
 
 
 def py_scalar(x: Any) -> Any:
@@ -108,6 +84,13 @@ def _index_of(vocab: np.ndarray, values: np.ndarray) -> np.ndarray:
     """Position of each value in ``vocab`` (unique), -1 where absent."""
     if len(vocab) == len(values) and vocab.dtype == values.dtype and np.array_equal(vocab, values):
         return np.arange(len(values), dtype=np.int64)
+    if vocab.dtype == object or values.dtype == object:
+        # One hash pass over both: several times faster than an object
+        # Index's get_indexer (pandas converts it to arrow strings first).
+        codes, _ = pd.factorize(np.concatenate([vocab.astype(object), values.astype(object)]))
+        codes = codes[len(vocab) :].astype(np.int64, copy=False)
+        codes[codes >= len(vocab)] = -1
+        return codes
     return pd.Index(vocab).get_indexer(values).astype(np.int64, copy=False)
 
 
@@ -140,14 +123,15 @@ def _first_duplicate_pair(q: np.ndarray, d: np.ndarray) -> int | None:
     """Index of the first repeated ``(q, d)`` pair, or None (vectorised)."""
     if len(q) < 2:
         return None
-    if q.dtype != object and d.dtype != object:
-        # Integer ids: one exact int64 key per pair, no factorising.
-        qs, ds = q - q.min(), d - d.min()
-        span = int(ds.max()) + 1
-        if int(qs.max()) < (2**62) // span:
-            dup = pd.Series(qs * span + ds).duplicated().to_numpy()
-            return int(np.argmax(dup)) if dup.any() else None
-    dup = pd.DataFrame({"q": q, "d": d}).duplicated().to_numpy()
+    # One exact int64 key per pair. Object ids, and integer ids spread too
+    # widely for the key to fit (Python ints: no int64 wrap-around), are
+    # replaced by their dense codes first.
+    if q.dtype == object or int(q.max()) - int(q.min()) >= 2**31:
+        q = pd.factorize(q)[0].astype(np.int64)
+    if d.dtype == object or int(d.max()) - int(d.min()) >= 2**31:
+        d = pd.factorize(d)[0].astype(np.int64)
+    qs, ds = q - q.min(), d - d.min()
+    dup = pd.Series(qs * (int(ds.max()) + 1) + ds).duplicated().to_numpy()
     return int(np.argmax(dup)) if dup.any() else None
 
 
@@ -181,6 +165,15 @@ class Qrels:
             bad = int(np.flatnonzero(~np.isfinite(r))[0])
             raise ValueError(
                 f"Qrels: relevance must be finite, got {r[bad]} for query {py_scalar(q[bad])!r}"
+            )
+        no_hit = (d == NO_HIT) if d.dtype != object else np.equal(d, NO_HIT).astype(bool)
+        if no_hit.any():
+            bad = np.flatnonzero(no_hit)
+            raise ValueError(
+                f"Qrels: doc id {NO_HIT} is the run's no-hit marker and cannot be judged; got it "
+                f"for query {py_scalar(q[bad[0]])!r}"
+                + (f" and {len(bad) - 1} more judgement(s)" if len(bad) > 1 else "")
+                + "; give that document another id"
             )
         i = _first_duplicate_pair(q, d)
         if i is not None:
@@ -239,17 +232,43 @@ class Qrels:
 
     # -- derived
     @cached_property
+    def _codes(self) -> tuple[np.ndarray, np.ndarray]:
+        """(index of each judgement's query in :attr:`queries`, :attr:`queries`): one hash pass."""
+        codes, uniques = pd.factorize(self.query_ids)
+        return codes.astype(np.int64, copy=False), np.asarray(uniques)
+
+    @cached_property
     def queries(self) -> np.ndarray:
         """Unique query ids in order of first appearance."""
-        return pd.unique(self.query_ids)
+        return self._codes[1]
 
     @cached_property
     def _positive(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Positive judgements as (query index, doc id, gain), sorted by query index."""
         keep = self.relevance > 0
-        jq = _index_of(self.queries, self.query_ids[keep])
+        jq = self._codes[0][keep]
         order = np.argsort(jq, kind="stable")
         return jq[order], self.doc_ids[keep][order], self.relevance[keep][order]
+
+    @cached_property
+    def _doc_kind(self) -> str:
+        """Type of the relevant doc ids: ``"int"``, ``"str"``, ``"mixed"`` or ``"empty"``."""
+        return _id_kind(self._positive[1])
+
+    def unknown_docs(self, doc_ids: Sequence | np.ndarray) -> int:
+        """How many relevant judgements name a doc that is not in ``doc_ids``.
+
+        ``doc_ids`` are the ids of the indexed collection. A relevant doc
+        outside the index can never be retrieved: it caps recall and nDCG
+        silently, so callers warn with this count.
+        """
+        ids = _as_id_array(np.asarray(doc_ids).ravel(), "doc_ids")
+        rel = self._positive[1]
+        if not len(rel):
+            return 0
+        if rel.dtype != object and ids.dtype != object:
+            return int((~np.isin(rel, ids)).sum())
+        return int((_index_of(pd.unique(ids), rel) < 0).sum())
 
     @cached_property
     def _ideal_sorted(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -428,6 +447,60 @@ class Run:
 
     def __len__(self) -> int:
         return len(self.query_ids)
+
+
+def _id_kind(ids: np.ndarray) -> str:
+    """``"int"``, ``"str"``, ``"mixed"`` (both) or ``"empty"`` for an id array."""
+    if ids.size == 0:
+        return "empty"
+    if ids.dtype != object:
+        return "int"
+    kind = pd.api.types.infer_dtype(ids.ravel(), skipna=True)
+    if kind == "integer":
+        return "int"
+    if kind == "string":
+        return "str"
+    return "mixed"
+
+
+def _count_str(ids: np.ndarray) -> int:
+    return int(sum(isinstance(x, str) for x in ids.ravel().tolist()))
+
+
+def _check_id_types(run: Run, qrels: Qrels) -> None:
+    """Raise when run and qrels doc ids share no type; warn with counts when some differ.
+
+    A store answers with integer ids; qrels read from a CSV or built from
+    strings may hold ``"12"`` for ``12``. They never compare equal, so every
+    query would score 0 with no other sign.
+    """
+    qk = qrels._doc_kind
+    if qk == "empty" or (qk == "int" and run.doc_ids.dtype != object):
+        return
+    if run.doc_ids.dtype != object:
+        rk = "int"
+        cells = run.doc_ids
+    else:
+        cells = run.doc_ids[~run.empty] if run.empty.any() else run.doc_ids.ravel()
+        rk = _id_kind(cells)
+    if rk == "empty" or (qk == rk and qk != "mixed"):
+        return
+    rel = qrels._positive[1]
+    if {qk, rk} == {"int", "str"}:
+        qex, rex = py_scalar(rel[0]), py_scalar(cells.ravel()[0])
+        raise TypeError(
+            f"evaluate: the qrels' relevant doc ids are {qk} (e.g. {qex!r}) but the run's doc ids "
+            f"are {rk} (e.g. {rex!r}); they can never match and every query would score 0. "
+            "Convert one side (e.g. Qrels(query_ids, doc_ids.astype(int), relevance))"
+        )
+    n_str_q, n_str_r = _count_str(rel), _count_str(cells)
+    warnings.warn(
+        f"evaluate: doc id types differ: {n_str_q} of {len(rel)} relevant qrels doc ids and "
+        f"{n_str_r} of {cells.size} run doc ids are strings, the rest integers; a string id "
+        "never matches an integer id",
+        IdTypeWarning,
+        stacklevel=3,
+    )
 
 
 def _no_hit_mask(d: np.ndarray) -> np.ndarray:
@@ -647,6 +720,9 @@ def _duplicate_error(qid) -> ValueError:
     )
 
 
+_Found = tuple[list[tuple[np.ndarray, np.ndarray, np.ndarray]], list[np.ndarray]]
+
+
 class _HitFinder:
     """Finds the positive judgements of ``qrels`` in blocks of ranked doc ids.
 
@@ -655,11 +731,16 @@ class _HitFinder:
 
     Two strategies: with integer ids and at most 8 relevant docs per query,
     each relevant id is compared with its query's row (``r_max`` passes over
-    an int32 cache-sized block, no hashing); otherwise run ids are hashed
-    into the vocabulary of relevant docs and looked up by ``(query, doc)`` key.
+    an int32 cache-sized block when every id fits in int32 exactly, no
+    hashing); otherwise run ids are hashed into the vocabulary of relevant
+    docs and looked up by ``(query, doc)`` key.
+
+    A relevant doc found twice in one ranking is a broken ranking (it would
+    count twice): :meth:`find` reports the qrels rows where that happened.
     """
 
     BLOCK_CELLS = 4096 * 128
+    _I32 = (-(2**31), 2**31 - 1)
 
     def __init__(self, qrels: Qrels, *, object_ids: bool = False) -> None:
         jq, jd, jg = qrels._positive
@@ -674,40 +755,48 @@ class _HitFinder:
         if self.compare:
             starts = np.concatenate([[0], np.cumsum(counts)[:-1]])
             rank = np.arange(len(jq)) - starts[jq]
-            self.rel_doc = np.full((nQ, self.r_max), -2, dtype=np.int64)  # -2 never matches
+            # Unused slots hold a real relevant id (no sentinel can be assumed
+            # absent from a run); their matches are dropped by ``counts``.
+            self.counts = counts
+            self.rel_doc = np.full((nQ, self.r_max), jd[0], dtype=np.int64)
             self.rel_g = np.zeros((nQ, self.r_max))
             self.rel_doc[jq, rank] = jd
             self.rel_g[jq, rank] = jg
-            self.rel_doc32 = self.rel_doc.astype(np.int32) if jd.max() < 2**31 - 1 else None
+            fits = self._I32[0] <= int(jd.min()) and int(jd.max()) <= self._I32[1]
+            self.rel_doc32 = self.rel_doc.astype(np.int32) if fits else None
         else:
-            self.dvocab = pd.Index(pd.unique(jd))
+            self.dvocab = pd.Index(pd.unique(jd), dtype=jd.dtype)
             self.nv = len(self.dvocab)
             jkey = jq.astype(np.int64) * self.nv + self.dvocab.get_indexer(jd)
             order = np.argsort(jkey, kind="stable")
             self.jkey, self.jg = jkey[order], jg[order]
 
-    def find(
-        self, qrows: np.ndarray, D: np.ndarray
-    ) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
-        """Hits of ``D`` (ranked doc ids, one row per query) as ``(qrels row, rank, gain)`` parts.
+    def find(self, qrows: np.ndarray, D: np.ndarray) -> _Found:
+        """Hits of ``D`` (ranked doc ids, one row per query) and rows with a repeated relevant doc.
 
-        ``qrows[i]`` is the qrels row of ``D[i]`` (every entry >= 0).
+        ``qrows[i]`` is the qrels row of ``D[i]`` (every entry >= 0). Returns
+        ``(parts, duplicate_rows)``: ``parts`` are ``(qrels row, rank, gain)``
+        arrays, ``duplicate_rows`` arrays of qrels rows.
         """
         if self.empty or D.size == 0:
-            return []
+            return [], []
         return self._compare(qrows, D) if self.compare else self._hash(qrows, D)
 
-    def _compare(self, qrows: np.ndarray, D: np.ndarray) -> list:
+    def _compare(self, qrows: np.ndarray, D: np.ndarray) -> _Found:
         k_cols = D.shape[1]
         step = max(1, self.BLOCK_CELLS // max(k_cols, 1))
-        out = []
+        out, dups = [], []
         for b0 in range(0, len(qrows), step):
             b1 = min(len(qrows), b0 + step)
             qb = qrows[b0:b1]
             blk = D[b0:b1]
-            # int32 halves the traffic of the r_max passes when the ids fit;
-            # the block stays in cache across the passes.
-            if self.rel_doc32 is not None and blk.max() < 2**31 - 1 and blk.min() >= -1:
+            # int32 halves the traffic of the r_max passes; only when the cast
+            # is exact on both sides (no wrap-around of large or negative ids).
+            if (
+                self.rel_doc32 is not None
+                and self._I32[0] <= int(blk.min())
+                and int(blk.max()) <= self._I32[1]
+            ):
                 blk, tg = blk.astype(np.int32), self.rel_doc32[qb]
             else:
                 tg = self.rel_doc[qb]
@@ -716,49 +805,72 @@ class _HitFinder:
                 if not len(p):
                     continue
                 rloc, c = np.divmod(p, k_cols)
-                if len(rloc) > 1 and np.any(rloc[1:] == rloc[:-1]):
-                    i = int(np.flatnonzero(rloc[1:] == rloc[:-1])[0])
-                    raise _duplicate_error(self.queries[qb[rloc[i]]])
+                used = self.counts[qb[rloc]] > r
+                if not used.all():
+                    rloc, c = rloc[used], c[used]
+                if len(rloc) > 1:
+                    again = rloc[1:] == rloc[:-1]
+                    if again.any():
+                        dups.append(qb[rloc[1:][again]])
                 qi = qb[rloc]
                 out.append((qi, c, self.rel_g[qi, r]))
-        return out
+        return out, dups
 
-    def _hash(self, qrows: np.ndarray, D: np.ndarray) -> list:
+    def _hash(self, qrows: np.ndarray, D: np.ndarray) -> _Found:
         codes = self.dvocab.get_indexer(D.ravel()).reshape(D.shape)
         r_idx, c_idx = np.nonzero(codes >= 0)
         if not len(r_idx):
-            return []
+            return [], []
         keys = qrows[r_idx].astype(np.int64) * self.nv + codes[r_idx, c_idx]
         pos = np.minimum(np.searchsorted(self.jkey, keys), len(self.jkey) - 1)
         hit = self.jkey[pos] == keys
         found = pos[hit]
+        dups = []
         if len(np.unique(found)) != len(found):
-            dup_key = int(np.flatnonzero(np.bincount(found) > 1)[0])
-            raise _duplicate_error(self.queries[self.jkey[dup_key] // self.nv])
-        return [(qrows[r_idx[hit]], c_idx[hit].astype(np.int64), self.jg[found])]
+            dup_keys = self.jkey[np.flatnonzero(np.bincount(found) > 1)]
+            dups.append(np.unique(dup_keys // self.nv))
+        return [(qrows[r_idx[hit]], c_idx[hit].astype(np.int64), self.jg[found])], dups
 
     @staticmethod
-    def assemble(parts: Sequence[tuple[np.ndarray, np.ndarray, np.ndarray]], k: int) -> _Hits:
-        """One :class:`_Hits`, sorted by (query row, rank), from found parts."""
+    def assemble(
+        parts: Sequence[tuple[np.ndarray, np.ndarray, np.ndarray]],
+        k: int,
+        drop_rows: np.ndarray | None = None,
+    ) -> _Hits:
+        """One :class:`_Hits`, sorted by (query row, rank), from found parts.
+
+        Hits of ``drop_rows`` (rows with a repeated relevant doc) are left out.
+        """
         if not parts:
             return _Hits.empty()
         rows, cols, gains = (np.concatenate(x) for x in zip(*parts))
+        if drop_rows is not None and len(drop_rows):
+            keep = ~np.isin(rows, drop_rows)
+            rows, cols, gains = rows[keep], cols[keep], gains[keep]
         order = np.argsort(rows.astype(np.int64) * (k + 1) + cols, kind="stable")
         return _Hits(rows[order].astype(np.int64), cols[order].astype(np.int64), gains[order])
 
 
-def _find_hits(run: Run, qrels: Qrels, width: int, run_row: np.ndarray) -> _Hits:
-    """Locate every positive judgement in the run (first ``width`` ranks)."""
+def _find_hits(run: Run, qrels: Qrels, width: int, run_row: np.ndarray) -> tuple[_Hits, np.ndarray]:
+    """Locate every positive judgement in the run (first ``width`` ranks).
+
+    Returns the hits and the qrels rows whose ranking holds a relevant doc
+    twice (their hits are left out: those queries score 0).
+    """
     kk = min(width, run.k)
     pq = np.flatnonzero(run_row >= 0)
+    no_dups = np.zeros(0, dtype=np.int64)
     if kk == 0 or len(pq) == 0:
-        return _Hits.empty()
+        return _Hits.empty(), no_dups
     finder = _HitFinder(qrels, object_ids=run.doc_ids.dtype == object)
     rr = run_row[pq]
     full = len(pq) == len(run) and np.array_equal(rr, np.arange(len(run)))
     D = run.doc_ids[:, :kk] if full else run.doc_ids[rr, :kk]
     chunks = _map_row_chunks(lambda lo, hi: finder.find(pq[lo:hi], D[lo:hi]), len(pq), D.size)
-    return _HitFinder.assemble([p for c in chunks for p in c], run.k)
+    parts = [p for c in chunks for p in c[0]]
+    dup_parts = [d for c in chunks for d in c[1]]
+    dups = np.unique(np.concatenate(dup_parts)).astype(np.int64) if dup_parts else no_dups
+    return _HitFinder.assemble(parts, run.k, dups), dups
 
 
 def _ideal_dcg(qrels: Qrels, k: int) -> np.ndarray:
@@ -774,50 +886,21 @@ def _measures_from_hits(
     hits: _Hits,
     n_queries: int,
     n_relevant: np.ndarray,
-    ideal_dcg: dict[int, np.ndarray],
+    ideal_dcg: Any,
     measures: Sequence[str],
     relevance_level: float | None,
 ) -> dict[str, np.ndarray]:
-    """Segment reductions over the sparse gain matrix (see :func:`compute_measures`)."""
-    binary = hits.gains > 0 if relevance_level is None else hits.gains >= relevance_level
-    br, bc = hits.rows[binary], hits.cols[binary]
-    n = len(br)
-    new = np.ones(n, dtype=bool)
-    if n:
-        new[1:] = br[1:] != br[:-1]
-    # 1-based position of each relevant hit among its row's relevant hits.
-    j = np.arange(n) - np.maximum.accumulate(np.where(new, np.arange(n), 0)) + 1
-    first = np.full(n_queries, np.iinfo(np.int64).max, dtype=np.int64)
-    first[br[new]] = bc[new]
-    safe_R = np.where(n_relevant > 0, n_relevant, 1.0)
-    out: dict[str, np.ndarray] = {}
-    for name in measures:
-        fam, k = parse_measure(name)
-        within = bc < k
-        if fam in ("P", "R", "HitRate"):
-            cnt = np.bincount(br[within], minlength=n_queries).astype(np.float64)
-            if fam == "P":
-                v = cnt / k
-            elif fam == "R":
-                v = np.where(n_relevant > 0, cnt / safe_R, 0.0)
-            else:
-                v = (cnt > 0).astype(np.float64)
-        elif fam == "RR":
-            v = np.where(first < k, 1.0 / (first + 1.0), 0.0)
-        elif fam == "AP":
-            s = np.bincount(br[within], weights=j[within] / (bc[within] + 1.0), minlength=n_queries)
-            v = np.where(n_relevant > 0, s / safe_R, 0.0)
-        else:  # nDCG: graded gains, all positive judgements count
-            w = hits.cols < k
-            dcg = np.bincount(
-                hits.rows[w],
-                weights=hits.gains[w] / np.log2(hits.cols[w] + 2.0),
-                minlength=n_queries,
-            )
-            idcg = ideal_dcg[k]
-            v = np.where(idcg > 0, dcg / np.where(idcg > 0, idcg, 1.0), 0.0)
-        out[name] = v
-    return out
+    """Every measure's kernel (from the table in :mod:`.measures`) over the sparse hits."""
+    ctx = _measures.Hits(
+        hits.rows,
+        hits.cols,
+        hits.gains,
+        n_queries=n_queries,
+        n_relevant=n_relevant,
+        ideal_dcg=ideal_dcg,
+        relevance_level=relevance_level,
+    )
+    return _measures.compute(ctx, measures)
 
 
 def compute_measures(
@@ -851,23 +934,23 @@ def compute_measures(
       with ``g`` the graded gain and ``g*`` the ideal gains (0 when the
       ideal DCG is 0).
 
-    The kernel works on the non-zero cells of ``gain`` (segment sums with
-    ``np.bincount``), so its cost grows with the number of relevant hits.
+    The kernels (one per entry of :data:`.measures.MEASURES`) work on the
+    non-zero cells of ``gain`` (segment sums with ``np.bincount``), so their
+    cost grows with the number of relevant hits.
     """
     gain = np.asarray(gain, dtype=np.float64)
     ideal = np.asarray(ideal, dtype=np.float64)
-    nq = gain.shape[0]
-    ks = {parse_measure(m)[1] for m in measures if m.startswith("nDCG@")}
-    idcg = {}
-    for k in ks:
+
+    def ideal_dcg(k: int) -> np.ndarray:
         disc = 1.0 / np.log2(np.arange(2, k + 2, dtype=np.float64))
         cut = ideal[:, :k]
-        idcg[k] = cut @ disc[: cut.shape[1]]
+        return cut @ disc[: cut.shape[1]]
+
     return _measures_from_hits(
         _Hits.from_dense(gain),
-        nq,
+        gain.shape[0],
         np.asarray(n_relevant, dtype=np.float64),
-        idcg,
+        ideal_dcg,
         measures,
         relevance_level,
     )
@@ -878,9 +961,18 @@ def _n_relevant(qrels: Qrels, relevance_level: float | None) -> np.ndarray:
     if relevance_level is None:
         return np.bincount(qrels._positive[0], minlength=nQ).astype(np.float64)
     keep = qrels.relevance >= relevance_level
-    return np.bincount(_index_of(qrels.queries, qrels.query_ids[keep]), minlength=nQ).astype(
-        np.float64
-    )
+    return np.bincount(qrels._codes[0][keep], minlength=nQ).astype(np.float64)
+
+
+def _check_measures(measures: Sequence[str] | str) -> list[str]:
+    if isinstance(measures, str):
+        measures = [measures]
+    measures = list(dict.fromkeys(measures))
+    if not measures:
+        raise ValueError(f"evaluate: measures is empty; expected some of {valid_measure_names()}")
+    for m in measures:
+        lookup(m)
+    return measures
 
 
 def evaluate(
@@ -894,51 +986,65 @@ def evaluate(
     """Score ``run`` against ``qrels`` with the named measures.
 
     ``measures`` are canonical names (``"P@10"``, ``"nDCG@10"``, ``"AP@10"``,
-    ``"RR@10"``, ``"R@10"``, ``"HitRate@5"``, ``"Accuracy"``). Every qrels
-    query is scored; see the module docstring for the full semantics.
+    ``"RR@10"``, ``"R@10"``, ``"HitRate@5"``, ``"Accuracy"``; see
+    :data:`imsearch_align.framework.measures.MEASURES`). Every qrels query is
+    scored; see the module docstring for the full semantics.
     ``failed_queries`` are queries whose search failed: they must not be in
     the run, score 0, count, and are listed in the result.
+
+    Raises ``ValueError`` when a relevant doc appears twice in one ranking
+    (:class:`~imsearch_align.framework.evaluator.BenchmarkEvaluator` records
+    such queries as failed instead) and ``TypeError`` when the run's and the
+    qrels' doc ids share no type (strings against integers).
+    """
+    result, dups = evaluate_lenient(
+        run, qrels, measures, relevance_level=relevance_level, failed_queries=failed_queries
+    )
+    if len(dups):
+        raise _duplicate_error(dups[0])
+    return result
+
+
+def evaluate_lenient(
+    run: Run,
+    qrels: Qrels,
+    measures: Sequence[str],
+    *,
+    relevance_level: float | None = None,
+    failed_queries: Sequence | None = None,
+) -> tuple[EvaluationResult, np.ndarray]:
+    """:func:`evaluate`, but a ranking that holds a relevant doc twice fails only its query.
+
+    Returns the result and the ids of those queries: they score 0, count in
+    the means and are listed in ``failed_queries`` with the others.
     """
     if not isinstance(run, Run):
         raise TypeError(f"evaluate: run must be a Run, got {type(run).__name__}")
     if not isinstance(qrels, Qrels):
         raise TypeError(f"evaluate: qrels must be a Qrels, got {type(qrels).__name__}")
-    if isinstance(measures, str):
-        measures = [measures]
-    measures = list(dict.fromkeys(measures))
-    if not measures:
-        raise ValueError(f"evaluate: measures is empty; expected some of {valid_measure_names()}")
-    K = max(parse_measure(m)[1] for m in measures)
-    run_row, _, _ = _map_run(run, qrels)
-    hits = _find_hits(run, qrels, K, run_row)
-    return _evaluate_hits(run, qrels, measures, hits, relevance_level, failed_queries)
-
-
-def _evaluate_hits(
-    run: Run,
-    qrels: Qrels,
-    measures: Sequence[str],
-    hits: _Hits,
-    relevance_level: float | None,
-    failed_queries: Sequence | None,
-) -> EvaluationResult:
-    """The measures from already located hits (see :func:`evaluate`)."""
-    _, missing, ignored = _map_run(run, qrels)
-    ks = {parse_measure(m)[1] for m in measures if m.startswith("nDCG@")}
+    measures = _check_measures(measures)
+    _check_id_types(run, qrels)
+    K = max(lookup(m)[1] for m in measures)
+    run_row, missing, ignored = _map_run(run, qrels)
+    hits, dup_rows = _find_hits(run, qrels, K, run_row)
     values = _measures_from_hits(
         hits,
         len(qrels.queries),
         _n_relevant(qrels, relevance_level),
-        {k: _ideal_dcg(qrels, k) for k in ks},
+        lambda k: _ideal_dcg(qrels, k),
         measures,
         relevance_level,
     )
-    failed = np.asarray(list(failed_queries) if failed_queries is not None else [], dtype=object)
-    return EvaluationResult(
+    failed = list(failed_queries) if failed_queries is not None else []
+    dup_ids = qrels.queries[dup_rows]
+    if len(dup_ids):
+        failed += [py_scalar(q) for q in dup_ids]
+    result = EvaluationResult(
         measures=tuple(measures),
         query_ids=qrels.queries,
         values=values,
         missing_queries=missing,
         ignored_queries=ignored,
-        failed_queries=failed,
+        failed_queries=np.asarray(failed, dtype=object),
     )
+    return result, dup_ids

@@ -324,3 +324,124 @@ def test_run_keeps_caller_arrays_writeable_and_unchanged():
     run = Run.from_arrays([0], ids, scores)
     assert ids.flags.writeable and scores.flags.writeable
     assert not run.doc_ids.flags.writeable
+
+
+# --------------------------------------------------------------------------- ids (issue 11.9)
+
+
+def test_qrels_doc_id_minus_one_is_rejected():
+    # trec_eval gives P@2 = 0 here; matching -1 against the run's no-hit padding gave 0.5.
+    with pytest.raises(ValueError, match=r"doc id -1 is the run's no-hit marker.*query 0"):
+        Qrels.from_pairs([0, 1], [-1, 4])
+    with pytest.raises(ValueError, match=r"no-hit marker.*query 'a' and 1 more"):
+        Qrels(np.array(["a", "b"], dtype=object), np.array([-1, -1], dtype=object), np.ones(2))
+    Qrels(
+        np.array(["a"], dtype=object), np.array(["-1"], dtype=object), np.ones(1)
+    )  # a str is fine
+
+
+@pytest.mark.parametrize(
+    "relevant, retrieved",
+    [
+        (-(2**32) + 7, 7),  # wraps to 7 in int32
+        (2**32 + 7, 7),
+        (7, 2**32 + 7),
+        (-(2**31) - 1, 2**31 - 1),  # wraps to 2**31 - 1 in int32
+        (2**31, -(2**31)),
+        (2**62 + 3, 3),
+    ],
+)
+def test_ids_outside_int32_never_wrap(relevant, retrieved):
+    # Query 0 retrieves `retrieved` (not relevant to it, but equal to its relevant doc once cut
+    # to int32) first and its other relevant doc third; query 1 retrieves its own first.
+    qrels_d = {"0": {str(relevant): 1, "11": 1}, "1": {str(retrieved): 1}}
+    run_ids = np.array([[retrieved, 5, 11, 12], [retrieved, 5, 6, 8]], dtype=np.int64)
+    scores = np.array([[4.0, 3, 2, 1], [4.0, 3, 2, 1]])
+    measures = ["P@1", "P@3", "RR@4", "nDCG@4", "AP@4", "HitRate@1"]
+    res = evaluate(
+        Run.from_arrays([0, 1], run_ids, scores),
+        Qrels.from_dict(
+            {int(q): {int(d): r for d, r in docs.items()} for q, docs in qrels_d.items()}
+        ),
+        measures,
+    ).per_query.set_index("query_id")
+    trun = {str(q): {str(d): float(s) for d, s in zip(run_ids[q], scores[q])} for q in range(2)}
+    ref = pytrec_eval.RelevanceEvaluator(
+        qrels_d, {"P.1,3", "ndcg_cut.4", "map_cut.4", "success.1", "recip_rank"}
+    ).evaluate(trun)
+    keys = {
+        "P@1": "P_1",
+        "P@3": "P_3",
+        "RR@4": "recip_rank",
+        "nDCG@4": "ndcg_cut_4",
+        "AP@4": "map_cut_4",
+        "HitRate@1": "success_1",
+    }
+    for m in measures:
+        for q in (0, 1):
+            assert res.loc[q, m] == pytest.approx(ref[str(q)][keys[m]], abs=1e-12), (m, q)
+    assert res.loc[0, "P@1"] == 0.0 and res.loc[0, "RR@4"] == pytest.approx(1 / 3)
+
+
+def test_unused_relevant_slots_never_match_a_run_id():
+    # Query 0 has two relevant docs, query 1 one: query 1's second slot is unused. Whatever
+    # id the run holds (here -2, twice), it must neither count nor look like a duplicate.
+    qrels = Qrels.from_pairs([0, 0, 1], [3, 4, 9])
+    run = Run.from_arrays([0, 1], np.array([[3, 4, 1], [-2, -2, 9]]), np.array([[3.0, 2, 1]] * 2))
+    res = evaluate(run, qrels, ["P@3", "RR@3"]).values
+    assert res["P@3"].tolist() == pytest.approx([2 / 3, 1 / 3])
+    assert res["RR@3"].tolist() == pytest.approx([1.0, 1 / 3])
+
+
+def test_string_qrels_doc_ids_against_int_run_ids_raise():
+    qrels = Qrels.from_frame(
+        pd.DataFrame({"query_id": [0, 1], "doc_id": ["5", "6"], "relevance": [1, 1]})
+    )
+    run = Run.from_arrays([0, 1], np.array([[5], [6]]), np.array([[1.0], [1.0]]))
+    with pytest.raises(TypeError, match=r"relevant doc ids are str \(e.g. '5'\).*are int"):
+        evaluate(run, qrels, ["P@1"])
+    # And the reverse: string run ids against integer qrels.
+    run_s = Run.from_arrays([0, 1], np.array([["5"], ["6"]], dtype=object), np.ones((2, 1)))
+    with pytest.raises(TypeError, match="relevant doc ids are int"):
+        evaluate(run_s, Qrels.from_pairs([0, 1], [5, 6]), ["P@1"])
+
+
+def test_mixed_doc_id_types_warn_with_counts():
+    qrels = Qrels(np.array([0, 1]), np.array([5, "6"], dtype=object), np.ones(2))
+    run = Run.from_arrays([0, 1], np.array([[5], [6]]), np.array([[1.0], [1.0]]))
+    from imsearch_align.framework.metrics import IdTypeWarning
+
+    with pytest.warns(IdTypeWarning, match="1 of 2 relevant qrels doc ids and 0 of 2 run doc ids"):
+        res = evaluate(run, qrels, ["P@1"])
+    assert res.values["P@1"].tolist() == [1.0, 0.0]
+
+
+def test_unknown_docs_counts_relevant_judgements_outside_the_index():
+    qrels = Qrels.from_frame(
+        pd.DataFrame({"query_id": [0, 0, 1, 1], "doc_id": [1, 2, 3, 4], "relevance": [1, 1, 0, 2]})
+    )
+    assert qrels.unknown_docs([1, 2, 3, 4]) == 0
+    assert qrels.unknown_docs([1, 3]) == 2  # docs 2 and 4 (doc 3 is not relevant)
+    sq = Qrels.from_pairs(["a", "b"], ["x", "y"])
+    assert sq.unknown_docs(np.array(["x", "z"], dtype=object)) == 1
+
+
+def test_lenient_evaluation_fails_only_the_query_with_a_repeated_relevant_doc():
+    from imsearch_align.framework.metrics import evaluate_lenient
+
+    qrels = Qrels.from_pairs([0, 1, 2], [1, 2, 3])
+    ids = np.array([[1, 1, 4], [2, 5, 6], [7, 3, 8]])
+    run = Run.from_arrays([0, 1, 2], ids, np.array([[3.0, 2, 1]] * 3))
+    res, dups = evaluate_lenient(run, qrels, ["P@3", "RR@3"])
+    assert dups.tolist() == [0]
+    assert res.failed_queries.tolist() == [0]
+    assert res.values["P@3"].tolist() == pytest.approx([0.0, 1 / 3, 1 / 3])
+    assert res.values["RR@3"].tolist() == pytest.approx([0.0, 1.0, 0.5])
+    # The hash path (string ids) agrees.
+    s_run = Run.from_arrays(
+        ["a", "b", "c"], ids.astype(str).astype(object), np.array([[3.0, 2, 1]] * 3)
+    )
+    s_qrels = Qrels.from_pairs(["a", "b", "c"], ["1", "2", "3"])
+    res_s, dups_s = evaluate_lenient(s_run, s_qrels, ["P@3", "RR@3"])
+    assert dups_s.tolist() == ["a"]
+    np.testing.assert_array_equal(res_s.values["RR@3"], res.values["RR@3"])
