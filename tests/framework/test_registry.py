@@ -1,10 +1,74 @@
-"""Registry: registration, duplicates, helpful unknown-name errors."""
+"""Registry: registration, helpful errors, plug-ins by entry point, --plugin modules, env var.
+
+Entry points are discovered for real: each test writes a distribution's
+``.dist-info`` (METADATA, entry_points.txt) and modules into a temporary
+folder put on ``sys.path``, and ``importlib.metadata`` finds it as it finds
+a pip-installed one. No registry internals are patched.
+"""
 
 from __future__ import annotations
 
+import sys
+import types
+import uuid
+
 import pytest
 
-from imsearch_align.framework.registry import Registry
+from imsearch_align.framework import registry
+from imsearch_align.framework.registry import (
+    ENV_VAR,
+    STORE_ATTRIBUTES,
+    STORE_METHODS,
+    STORES,
+    PluginConflictError,
+    PluginLoadError,
+    PluginProtocolError,
+    Registry,
+    check_store,
+    load_plugins,
+    plugin_failures,
+    plugin_modules_from_env,
+    store_protocol_problems,
+)
+from imsearch_align.testing.plugins import write_distribution
+
+GROUP = "imsearch_align.stores"
+
+VALID_STORE = """
+from imsearch_align.adapters.exact import ExactStore
+
+class {cls}(ExactStore):
+    '''A store from a plug-in distribution.'''
+"""
+
+HALF_STORE = """
+class {cls}:
+    supports_sparse = False
+    def create_collection(self, name, dim=None, *, sparse=False, metric="ip"): ...
+    def insert(self, name, vectors, ids): ...
+    def drop_collection(self, name): ...
+    def close(self): ...
+"""
+
+
+def uniq(prefix: str) -> str:
+    """A module name no other test uses (modules stay in sys.modules)."""
+    return f"{prefix}_{uuid.uuid4().hex[:8]}"
+
+
+@pytest.fixture(autouse=True)
+def _isolated_plugin_state(monkeypatch):
+    """Plug-in module bookkeeping is process-wide: give each test its own."""
+    monkeypatch.setattr(registry, "_PLUGIN_MODULES", {})
+    monkeypatch.setattr(registry, "_PLUGIN_FAILURES", {})
+    monkeypatch.delenv(ENV_VAR, raising=False)
+
+
+def store_registry() -> Registry:
+    return Registry("store", group=GROUP, check=store_protocol_problems)
+
+
+# ----------------------------------------------------------------------------- basics
 
 
 def test_register_get_names():
@@ -27,29 +91,33 @@ def test_duplicate_name_raises():
         r.register("csa")(dict)
 
 
-def test_unknown_name_did_you_mean_and_valid_list():
-    r = Registry("method")
+def test_unknown_name_did_you_mean_valid_list_and_how_to_add_a_plugin():
+    r = Registry("method", group="imsearch_align.methods")
     for n in ("csa", "asif", "cka"):
         r.register(n)(type(n, (), {}))
     with pytest.raises(
         KeyError, match=r"unknown method 'cas'. Did you mean 'csa'.*Valid names: asif, cka, csa"
-    ):
+    ) as err:
         r.get("cas")
+    msg = str(err.value)
+    assert "entry point in the group 'imsearch_align.methods'" in msg
+    assert (
+        '[project.entry-points."imsearch_align.methods"] cas = "your_pkg.module:YourClass"' in msg
+    )
+    assert "--plugin your_pkg.module" in msg and ENV_VAR in msg
     with pytest.raises(KeyError, match=r"unknown method 'zzz'. Valid names"):
         r.get("zzz")
 
 
 def test_builtin_modules_load_lazily_on_first_use(tmp_path, monkeypatch):
-    import sys
-    import types
-
-    lazy = Registry("thing", builtin_modules=("fake_plugins_mod",))
+    mod = uniq("fake_plugins_mod")
+    lazy = Registry("thing", builtin_modules=(mod,))
     monkeypatch.setitem(sys.modules, "_registry_holder", types.SimpleNamespace(LAZY=lazy))
-    (tmp_path / "fake_plugins_mod.py").write_text(
+    (tmp_path / f"{mod}.py").write_text(
         "from _registry_holder import LAZY\nLAZY.register('late')(int)\n"
     )
     monkeypatch.syspath_prepend(str(tmp_path))
-    assert "fake_plugins_mod" not in sys.modules
+    assert mod not in sys.modules
     assert lazy.names() == ["late"]
 
 
@@ -58,16 +126,311 @@ def test_empty_name_rejected():
         Registry("x").register("")
 
 
-def test_a_broken_plugin_module_does_not_hide_the_others(tmp_path, monkeypatch):
-    import sys
-    import types
-
-    reg = Registry("store", builtin_modules=("good_plugin_mod", "missing_plugin_mod"))
+def test_a_broken_builtin_module_does_not_hide_the_others(tmp_path, monkeypatch):
+    good, missing, raising = uniq("good_mod"), uniq("missing_mod"), uniq("raising_mod")
+    reg = Registry("store", builtin_modules=(good, missing, raising))
     monkeypatch.setitem(sys.modules, "_registry_holder2", types.SimpleNamespace(REG=reg))
-    (tmp_path / "good_plugin_mod.py").write_text(
+    (tmp_path / f"{good}.py").write_text(
         "from _registry_holder2 import REG\nREG.register('ok')(int)\n"
     )
+    (tmp_path / f"{raising}.py").write_text("raise RuntimeError('config file missing')\n")
     monkeypatch.syspath_prepend(str(tmp_path))
     assert reg.names() == ["ok"]
-    with pytest.raises(KeyError, match="module missing_plugin_mod failed to import"):
+    with pytest.raises(KeyError, match=f"module {missing} failed to import") as err:
         reg.get("nope")
+    assert f"module {raising} failed to import (RuntimeError: config file missing)" in str(
+        err.value
+    )
+    assert set(reg.failures()) == {f"module {missing}", f"module {raising}"}
+
+
+# ----------------------------------------------------------------------------- entry points
+
+
+def test_entry_point_store_is_found_lazily_with_its_distribution(tmp_path, monkeypatch):
+    mod = uniq("acme_tiny")
+    write_distribution(
+        tmp_path,
+        "acme-stores",
+        "1.2.3",
+        entry_points={GROUP: {"acme": f"{mod}:AcmeStore"}},
+        files={f"{mod}.py": VALID_STORE.format(cls="AcmeStore")},
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    reg = store_registry()
+    assert reg.names() == ["acme"] and "acme" in reg
+    assert mod not in sys.modules  # listing names reads metadata only
+    assert reg.origin("acme") == "acme-stores 1.2.3 (entry point)"
+    cls = reg.get("acme")
+    assert cls.__name__ == "AcmeStore" and mod in sys.modules
+    assert reg.origin("acme") == "acme-stores 1.2.3 (entry point)"
+    [row] = reg.listing()
+    assert (row.name, row.origin, row.obj, row.error) == (
+        "acme",
+        "acme-stores 1.2.3 (entry point)",
+        cls,
+        None,
+    )
+    assert row.summary == "A store from a plug-in distribution."
+    assert reg.failures() == {}
+
+
+def test_a_broken_plugin_is_named_with_its_error_and_hides_nothing(tmp_path, monkeypatch):
+    good, bad = uniq("good_store"), uniq("bad_store")
+    write_distribution(
+        tmp_path,
+        "good-stores",
+        "1.0",
+        entry_points={GROUP: {"good": f"{good}:GoodStore"}},
+        files={f"{good}.py": VALID_STORE.format(cls="GoodStore")},
+    )
+    write_distribution(
+        tmp_path,
+        "bad-stores",
+        "0.3",
+        entry_points={GROUP: {"bad": f"{bad}:BadStore"}},
+        files={f"{bad}.py": "import numpy\nraise ImportError('bad-stores needs libbad.so')\n"},
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    reg = store_registry()
+    assert reg.names() == ["bad", "good"]
+    with pytest.raises(PluginLoadError) as err:
+        reg.get("bad")
+    msg = str(err.value)
+    assert f"store 'bad' from bad-stores 0.3, entry point bad = {bad}:BadStore" in msg
+    assert "failed to import: ImportError: bad-stores needs libbad.so" in msg
+    assert reg.get("good").__name__ == "GoodStore"  # the others still work
+    assert reg.names() == ["good"]  # a name that cannot load is listed by listing()
+    rows = {(r.name, r.origin): r for r in reg.listing()}
+    assert rows["good", "good-stores 1.0 (entry point)"].error is None
+    assert "libbad.so" in rows["bad", "bad-stores 0.3 (entry point)"].error
+    assert "libbad.so" in reg.failures()["store 'bad'"]
+    with pytest.raises(PluginLoadError, match=r"libbad\.so"):  # and again, same message
+        reg.get("bad")
+
+
+def test_two_distributions_registering_one_name(tmp_path, monkeypatch):
+    a, b = uniq("dup_a"), uniq("dup_b")
+    for dist, mod in (("dup-a", a), ("dup-b", b)):
+        write_distribution(
+            tmp_path,
+            dist,
+            "2.0",
+            entry_points={GROUP: {"dup": f"{mod}:Store"}},
+            files={f"{mod}.py": VALID_STORE.format(cls="Store")},
+        )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    reg = store_registry()
+    assert reg.names() == ["dup"]
+    origin = reg.origin("dup")
+    assert "dup-a 2.0 (entry point)" in origin and "dup-b 2.0 (entry point)" in origin
+    with pytest.raises(PluginConflictError) as err:
+        reg.get("dup")
+    msg = str(err.value)
+    assert "store 'dup' is provided by 2 plug-ins" in msg
+    assert f"dup-a 2.0, entry point dup = {a}:Store" in msg
+    assert f"dup-b 2.0, entry point dup = {b}:Store" in msg
+    assert "pip uninstall" in msg
+    assert a not in sys.modules and b not in sys.modules  # neither was imported
+    assert reg.names() == ["dup"]  # still listed, both rows in the listing
+    rows = [r for r in reg.listing() if r.name == "dup"]
+    assert sorted(r.origin for r in rows) == ["dup-a 2.0 (entry point)", "dup-b 2.0 (entry point)"]
+    assert all("provided by 2 plug-ins" in r.error for r in rows)
+
+
+def test_a_plugin_class_missing_a_protocol_method_is_refused(tmp_path, monkeypatch):
+    mod = uniq("half_store")
+    write_distribution(
+        tmp_path,
+        "half-stores",
+        "0.1",
+        entry_points={GROUP: {"half": f"{mod}:HalfStore"}},
+        files={f"{mod}.py": HALF_STORE.format(cls="HalfStore")},
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    reg = store_registry()
+    with pytest.raises(PluginProtocolError) as err:
+        reg.get("half")
+    assert str(err.value) == (
+        "store 'half' (half-stores 0.1 (entry point)) does not satisfy the store protocol: "
+        "missing method search(name, queries, k)"
+    )
+    assert isinstance(err.value, TypeError)
+    assert "missing method search" in reg.failures()["store 'half'"]
+
+
+def test_an_entry_point_naming_a_module_that_registers_itself(tmp_path, monkeypatch):
+    selfreg, silent = uniq("selfreg"), uniq("silent")
+    reg = store_registry()
+    monkeypatch.setitem(sys.modules, "_registry_holder3", types.SimpleNamespace(REG=reg))
+    source = (
+        "from _registry_holder3 import REG\n"
+        "from imsearch_align.adapters.exact import ExactStore\n"
+        "@REG.register('selfreg')\n"
+        "class SelfStore(ExactStore): ...\n"
+    )
+    write_distribution(
+        tmp_path,
+        "selfreg-pkg",
+        "0.9",
+        entry_points={GROUP: {"selfreg": selfreg, "silent": silent}},
+        files={f"{selfreg}.py": source, f"{silent}.py": "X = 1\n"},
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    assert reg.get("selfreg").__name__ == "SelfStore"
+    assert reg.origin("selfreg") == "selfreg-pkg 0.9 (entry point)"
+    with pytest.raises(PluginLoadError, match=f"the module {silent} registers no store named"):
+        reg.get("silent")
+
+
+def test_an_entry_point_cannot_shadow_a_builtin(tmp_path, monkeypatch):
+    builtin, mod = uniq("builtin_mod"), uniq("shadow")
+    reg = Registry("store", builtin_modules=(builtin,), group=GROUP)
+    monkeypatch.setitem(sys.modules, "_registry_holder4", types.SimpleNamespace(REG=reg))
+    # the holder module is outside imsearch_align: make the built-in look like one
+    (tmp_path / f"{builtin}.py").write_text(
+        "from _registry_holder4 import REG\n"
+        "class Exact: ...\n"
+        "Exact.__module__ = 'imsearch_align.adapters.exact'\n"
+        "REG.register('exact')(Exact)\n"
+    )
+    write_distribution(
+        tmp_path,
+        "shadow-pkg",
+        "1.0",
+        entry_points={GROUP: {"exact": f"{mod}:Exact"}},
+        files={f"{mod}.py": "class Exact: ...\n"},
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    assert reg.get("exact").__module__ == "imsearch_align.adapters.exact"
+    assert reg.origin("exact") == "built-in"
+    [(what, why)] = reg.failures().items()
+    assert what == f"store 'exact' from shadow-pkg 1.0, entry point exact = {mod}:Exact"
+    assert "ignored: 'exact' is a built-in store" in why
+
+
+def test_entry_point_and_plugin_module_for_one_name(tmp_path, monkeypatch):
+    """The same class imported early is no conflict; another class under the name is."""
+    same, other = uniq("same_pkg"), uniq("other_mod")
+    reg = store_registry()
+    monkeypatch.setitem(sys.modules, "_registry_holder7", types.SimpleNamespace(REG=reg))
+    write_distribution(
+        tmp_path,
+        "same-pkg",
+        "1.0",
+        entry_points={GROUP: {"same": f"{same}:S", "taken": f"{same}:S"}},
+        files={
+            f"{same}.py": "from _registry_holder7 import REG\n"
+            + VALID_STORE.format(cls="S")
+            + "\nREG.register('same')(S)\n",
+            f"{other}.py": "from _registry_holder7 import REG\n"
+            + VALID_STORE.format(cls="T")
+            + "\nREG.register('taken')(T)\n",
+        },
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    load_plugins([same, other])  # both imported before the registry's first use
+    assert reg.get("same").__name__ == "S"
+    assert reg.origin("same") == "same-pkg 1.0 (entry point)"
+    with pytest.raises(PluginConflictError) as err:
+        reg.get("taken")
+    assert f"plug-in module {other} (--plugin)" in str(err.value)
+    assert f"same-pkg 1.0, entry point taken = {same}:S" in str(err.value)
+
+
+# ----------------------------------------------------------------------------- --plugin, env var
+
+
+def test_load_plugins_registers_and_records_the_origin(tmp_path, monkeypatch):
+    ok, broken = uniq("cli_plugin"), uniq("cli_broken")
+    reg = store_registry()
+    monkeypatch.setitem(sys.modules, "_registry_holder5", types.SimpleNamespace(REG=reg))
+    (tmp_path / f"{ok}.py").write_text(
+        "from _registry_holder5 import REG\n" + VALID_STORE.format(cls="CliStore") + "\n"
+        "REG.register('clistore')(CliStore)\n"
+    )
+    (tmp_path / f"{broken}.py").write_text("import does_not_exist_anywhere\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    failed = load_plugins([ok, broken])
+    assert list(failed) == [broken] and "does_not_exist_anywhere" in failed[broken]
+    assert reg.get("clistore").__name__ == "CliStore"
+    assert reg.origin("clistore") == f"plug-in module {ok} (--plugin)"
+    assert plugin_failures() == failed
+    with pytest.raises(KeyError, match=f"plug-in module {broken} failed to import"):
+        reg.get("nothing")
+    with pytest.raises(PluginLoadError, match=f"{broken} .ModuleNotFoundError"):
+        load_plugins([broken], strict=True)
+    with pytest.raises(TypeError, match="modules must be a list of module names"):
+        load_plugins(ok)
+
+
+def test_env_var_plugins_load_on_first_use(tmp_path, monkeypatch):
+    a, b, missing = uniq("env_a"), uniq("env_b"), uniq("env_missing")
+    reg = store_registry()
+    monkeypatch.setitem(sys.modules, "_registry_holder6", types.SimpleNamespace(REG=reg))
+    for mod, name in ((a, "enva"), (b, "envb")):
+        (tmp_path / f"{mod}.py").write_text(
+            "from _registry_holder6 import REG\n" + VALID_STORE.format(cls="S") + "\n"
+            f"REG.register({name!r})(S)\n"
+        )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    import os
+
+    monkeypatch.setenv(ENV_VAR, f" {a}, {missing}{os.pathsep}{b} ")
+    assert plugin_modules_from_env() == [a, missing, b]
+    assert a not in sys.modules  # nothing happens before the registry is used
+    assert reg.names() == ["enva", "envb"]
+    assert reg.origin("enva") == f"plug-in module {a} (IMSEARCH_ALIGN_PLUGINS)"
+    assert list(plugin_failures()) == [missing]
+    with pytest.raises(KeyError, match=f"plug-in module {missing} failed to import"):
+        reg.get("envc")
+
+
+# ----------------------------------------------------------------------------- the store protocol
+
+
+def test_store_protocol_members_match_the_interface():
+    """The registry's list of members is the VectorStoreAdapter protocol's own."""
+    from imsearch_align.framework.interfaces import VectorStoreAdapter
+
+    own = {
+        n
+        for n, v in vars(VectorStoreAdapter).items()
+        if callable(v) and not n.startswith("_") and n not in {"register"}
+    }
+    assert own == set(STORE_METHODS)
+    assert set(VectorStoreAdapter.__annotations__) == set(STORE_ATTRIBUTES)
+
+
+@pytest.mark.parametrize("name", ["exact", "faiss", "lancedb", "milvus", "qdrant"])
+def test_builtin_stores_satisfy_the_protocol(name):
+    if name not in STORES.names():
+        pytest.skip(f"{name} not importable here: {STORES.failures()}")
+    cls = STORES.get(name)
+    assert store_protocol_problems(cls) == []
+    assert STORES.origin(name) == "built-in"
+
+
+def test_check_store_names_what_is_missing():
+    class NoSearch:
+        supports_sparse = True
+        thread_safe = "yes"
+
+        def create_collection(self, name, dim=None, *, sparse=False, metric="ip"): ...
+        def insert(self, name, vectors, ids): ...
+        def drop_collection(self, name): ...
+
+    with pytest.raises(PluginProtocolError) as err:
+        check_store(NoSearch())
+    assert str(err.value) == (
+        "NoSearch does not satisfy the VectorStoreAdapter protocol: missing method "
+        "search(name, queries, k); missing method close(); thread_safe must be a bool, "
+        "got str 'yes'"
+    )
+
+    from imsearch_align.adapters.base import BaseStore
+
+    class Abstract(BaseStore):
+        def _insert(self, info, vectors, ids): ...
+
+    assert store_protocol_problems(Abstract) == ["abstract methods not implemented: _search"]
