@@ -2,14 +2,27 @@
 
 ``flickr30k``, ``coco``, ``imagenet``, ``precomputed``, ``hf`` and ``shapes``
 are defined here; ``synthetic`` (latent pairs) is imported by the registry
-itself. Every loader returns a :class:`PairedDataset` (``precomputed`` also
-returns the providers holding the vectors: an :class:`EmbeddedDataset`).
+itself. Every loader returns a :class:`PairedDataset` (``precomputed`` and
+``synthetic`` also return the providers holding the vectors: an
+:class:`EmbeddedDataset`).
+
+What a loader takes: :func:`describe` (``imsearch-align list datasets NAME``)
+and ``docs/datasets.md``. How to record what it was given in a result:
+:func:`describe_param_value`. What it left out: ``PairedDataset.skipped``.
 """
 
 from __future__ import annotations
 
 from imsearch_align.datasets import coco, flickr30k, hf, imagenet, precomputed, shapes
-from imsearch_align.datasets._local import HubUnreachableError, LayoutError
+from imsearch_align.datasets._describe import ParamDoc, describe, describe_param_value
+from imsearch_align.datasets._local import (
+    SKIP_REASONS,
+    BadAnnotationError,
+    HubUnreachableError,
+    LayoutError,
+    ZeroEmbeddingWarning,
+)
+from imsearch_align.datasets._support import load_support_dataset
 from imsearch_align.datasets.base import (
     SPLITS,
     SUPPORT_SPLIT,
@@ -26,14 +39,20 @@ from imsearch_align.datasets.precomputed import load_precomputed
 from imsearch_align.datasets.shapes import generate_shapes, load_shapes
 
 __all__ = [
+    "SKIP_REASONS",
     "SPLITS",
     "SUPPORT_SPLIT",
     "TEST_SPLIT",
+    "BadAnnotationError",
     "EmbeddedDataset",
     "HubUnreachableError",
     "LayoutError",
     "PairedDataset",
+    "ParamDoc",
+    "ZeroEmbeddingWarning",
     "coco",
+    "describe",
+    "describe_param_value",
     "flickr30k",
     "from_hf",
     "generate_shapes",
@@ -44,6 +63,7 @@ __all__ = [
     "load_imagenet",
     "load_precomputed",
     "load_shapes",
+    "load_support_dataset",
     "precomputed",
     "seeded_split",
     "shapes",

@@ -1,10 +1,29 @@
-"""Helpers shared by the loaders: layout errors, image checks, Hub access."""
+"""Helpers shared by the loaders: layout errors, text files, bad rows, image checks, Hub access.
+
+Bad input is handled the same way in every loader:
+
+* a caption row without a caption field, or with an empty or
+  whitespace-only caption, raises :class:`BadAnnotationError` naming the
+  file and line (or row), unless the loader's ``skip_bad_captions=True``,
+  which skips it;
+* a missing or unreadable (corrupt, truncated) image file raises, unless
+  ``skip_bad_images=True``, which skips the image and its captions;
+* every skip is counted by reason (:data:`SKIP_REASONS`) in
+  :attr:`PairedDataset.skipped <imsearch_align.datasets.base.PairedDataset.skipped>`
+  and reported in one warning per reason with the count and an example.
+
+Text files are read as UTF-8; a leading byte-order mark (an Excel export)
+is dropped, and a byte that is not UTF-8 is an error naming the file and line.
+"""
 
 from __future__ import annotations
 
+import io
 import os
 import warnings
+from collections import Counter
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -14,13 +33,28 @@ import pandas as pd
 from imsearch_align.adapters.encoders._common import BadImageError
 
 __all__ = [
+    "SKIP_REASONS",
+    "BadAnnotationError",
     "BadImageError",
     "HubUnreachableError",
     "LayoutError",
+    "Skips",
+    "ZeroEmbeddingWarning",
     "check_images",
+    "check_zero_rows",
     "find_first",
     "hub_download",
+    "read_text",
 ]
+
+#: Why an item was left out of a dataset (keys of ``PairedDataset.skipped``).
+SKIP_REASONS = {
+    "missing_image": "image file does not exist",
+    "unreadable_image": "image file cannot be decoded (corrupt or truncated)",
+    "missing_caption": "caption row has no caption field",
+    "empty_caption": "caption is empty or whitespace only",
+    "missing_label": "image has no class label",
+}
 
 
 class LayoutError(FileNotFoundError):
@@ -28,7 +62,11 @@ class LayoutError(FileNotFoundError):
 
 
 class HubUnreachableError(ConnectionError):
-    """The Hugging Face Hub could not be reached (offline, no network, or repo missing)."""
+    """The Hugging Face Hub could not be reached (offline, no network)."""
+
+
+class BadAnnotationError(ValueError):
+    """A caption or label row is missing or empty; the message names the file and line."""
 
 
 def layout_error(what: str, root: Path | str | None, layout: str, how: str) -> LayoutError:
@@ -59,12 +97,115 @@ def check_root(root: Any, name: str, layout: str, how: str) -> Path:
     return p
 
 
-def _readable(path: str) -> str | None:
+def read_text(path: Path) -> str:
+    """The UTF-8 text of ``path`` without a leading byte-order mark.
+
+    Raises ValueError naming the file, line and column of the first byte that
+    is not UTF-8 (a Latin-1 or Windows-1252 export, say).
+    """
+    data = path.read_bytes()
+    if data.startswith(b"\xef\xbb\xbf"):
+        data = data[3:]
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = data.count(b"\n", 0, exc.start) + 1
+        col = exc.start - (data.rfind(b"\n", 0, exc.start) + 1) + 1
+        raise ValueError(
+            f"{str(path)!r} line {line} column {col}: byte 0x{data[exc.start]:02x} is not valid "
+            "UTF-8; re-save the file as UTF-8 (e.g. iconv -f cp1252 -t utf-8)"
+        ) from None
+
+
+class Skips:
+    """Counts of items a loader left out, by reason, with one example each.
+
+    A loader creates one, passes it to the checks, then calls :meth:`warn`
+    and stores :meth:`as_dict` in the dataset it returns.
+    """
+
+    def __init__(self, dataset: str) -> None:
+        self.dataset = dataset
+        self.counts: Counter[str] = Counter()
+        self.examples: dict[str, str] = {}
+
+    def add(self, reason: str, n: int, example: str) -> None:
+        """Record ``n`` items left out for ``reason`` (a :data:`SKIP_REASONS` key)."""
+        if reason not in SKIP_REASONS:
+            raise ValueError(f"skip reason must be one of {list(SKIP_REASONS)}, got {reason!r}")
+        if n > 0:
+            self.counts[reason] += int(n)
+            self.examples.setdefault(reason, example)
+
+    def caption(self, value: Any, where: str, *, skip: bool) -> str | None:
+        """A caption stripped of surrounding whitespace, or None when it is skipped.
+
+        ``value`` None means the row has no caption field. A bad caption
+        raises :class:`BadAnnotationError` naming ``where`` unless ``skip``.
+        """
+        if value is None or (isinstance(value, float | type(pd.NA)) and pd.isna(value)):
+            reason = "missing_caption"
+        elif not isinstance(value, str):
+            raise BadAnnotationError(
+                f"{where}: caption must be a string, got {type(value).__name__} {value!r}"
+            )
+        elif not value.strip():
+            reason = "empty_caption"
+        else:
+            return value.strip()
+        if not skip:
+            raise BadAnnotationError(
+                f"{where}: {SKIP_REASONS[reason]}; fix the row, or pass skip_bad_captions=True "
+                "to skip such captions (they are counted in the result)"
+            )
+        self.add(reason, 1, where)
+        return None
+
+    def warn(self, stacklevel: int = 3) -> None:
+        """One warning per reason with the count and an example."""
+        for reason, n in sorted(self.counts.items()):
+            warnings.warn(
+                f"{self.dataset}: skipped {n} item(s): {SKIP_REASONS[reason]} ({reason}), "
+                f"e.g. {self.examples[reason]}",
+                UserWarning,
+                stacklevel=stacklevel,
+            )
+
+    def as_dict(self) -> dict[str, int]:
+        """``{reason: count}`` for the reasons that occurred, sorted by reason."""
+        return {k: int(v) for k, v in sorted(self.counts.items())}
+
+
+def _jpeg_ends_with_eoi(item: str | bytes) -> bool:
+    if isinstance(item, bytes):
+        tail = item[-64:]
+    else:
+        with open(item, "rb") as fh:
+            fh.seek(0, os.SEEK_END)
+            fh.seek(max(0, fh.tell() - 64))
+            tail = fh.read()
+    return tail.rstrip(b"\x00\r\n ").endswith(b"\xff\xd9")
+
+
+def readable(item: str | bytes) -> str | None:
+    """None when the image (a file path or encoded bytes) is sound, else why not.
+
+    ``verify()`` checks a PNG's chunks but not a JPEG's scan data, so a JPEG
+    also needs its end-of-image marker; one without it is decoded fully to
+    tell a truncated file (an error) from one with trailing bytes (fine).
+    """
     from PIL import Image
 
+    def src() -> Any:
+        return io.BytesIO(item) if isinstance(item, bytes) else item
+
     try:
-        with Image.open(path) as im:
+        with Image.open(src()) as im:
+            fmt = im.format
             im.verify()
+        if fmt == "JPEG" and not _jpeg_ends_with_eoi(item):
+            with Image.open(src()) as im:
+                im.load()
     except Exception as exc:  # PIL raises many types for a bad file
         return f"{type(exc).__name__}: {exc}"
     return None
@@ -77,25 +218,55 @@ def check_images(
     folder: Path,
     verify: bool,
     skip_bad_images: bool,
+    skips: Skips,
+    hint: str = "",
 ) -> pd.DataFrame:
-    """Check that every ``images.path`` exists (else: captions reference unknown images)
-    and, when ``verify``, decodes (else: :class:`BadImageError`, or drop with a warning
-    reporting how many when ``skip_bad_images``).
+    """The rows of ``images`` whose ``path`` exists and (when checked) decodes.
+
+    A missing file raises ValueError and an unreadable one
+    :class:`BadImageError`, each naming the file and how many more, unless
+    ``skip_bad_images``: then the rows are dropped and counted in ``skips``.
+    Files are decode-checked when ``verify`` or ``skip_bad_images`` (a
+    skip that only covered missing files would let a truncated JPEG abort
+    the run at encoding). ``hint`` is appended to the missing-file error
+    (e.g. how to load fewer splits, for loaders that take ``splits``).
+    If no listed file exists at all, the layout is wrong: LayoutError.
     """
     paths = images["path"].tolist()
     exists = np.fromiter((os.path.isfile(p) for p in paths), bool, len(paths))
-    if not exists.all():
-        bad = [os.path.basename(p) for p, e in zip(paths, exists) if not e]
-        raise ValueError(
-            f"{dataset}: captions reference {len(bad)} unknown image(s) not found in {str(folder)!r}, "
-            f"e.g. {bad[:5]}; check the images folder, or load only the splits you have (splits=...)"
+    if len(paths) and not exists.any():
+        raise LayoutError(
+            f"{dataset}: none of the {len(paths)} image file(s) the captions name exist under "
+            f"{str(folder)!r}, e.g. {paths[0]!r}; check root and the images folder layout"
         )
-    if not verify:
+    if not exists.all():
+        miss = [p for p, e in zip(paths, exists) if not e]
+        rel = [os.path.relpath(p, folder) for p in miss[:5]]
+        if not skip_bad_images:
+            raise ValueError(
+                f"{dataset}: {len(miss)} image file(s) named by the captions do not exist under "
+                f"{str(folder)!r}, e.g. {rel}; check the images folder, or pass "
+                f"skip_bad_images=True to skip them and their captions (counted){hint}"
+            )
+        skips.add("missing_image", len(miss), repr(rel[0]))
+        images = images[exists]
+        paths = images["path"].tolist()
+    if not (verify or skip_bad_images):
         return images
     from tqdm.auto import tqdm
 
-    it = tqdm(paths, desc=f"{dataset}: verifying images", unit="img", disable=len(paths) < 2000)
-    errors = [_readable(p) for p in it]
+    # File reads dominate and PIL releases the GIL while reading: a few threads help.
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        it = pool.map(readable, paths, chunksize=64)
+        errors = list(
+            tqdm(
+                it,
+                total=len(paths),
+                desc=f"{dataset}: checking images",
+                unit="img",
+                disable=len(paths) < 2000,
+            )
+        )
     bad = [i for i, e in enumerate(errors) if e is not None]
     if not bad:
         return images
@@ -103,14 +274,9 @@ def check_images(
         raise BadImageError(
             f"{dataset}: cannot read image {paths[bad[0]]!r} ({errors[bad[0]]})"
             + (f" and {len(bad) - 1} more" if len(bad) > 1 else "")
-            + "; pass skip_bad_images=True to drop unreadable images and their captions"
+            + "; pass skip_bad_images=True to skip unreadable images and their captions (counted)"
         )
-    warnings.warn(
-        f"{dataset}: skipped {len(bad)} unreadable image(s) and their captions, "
-        f"e.g. {[os.path.basename(paths[i]) for i in bad[:5]]}",
-        UserWarning,
-        stacklevel=3,
-    )
+    skips.add("unreadable_image", len(bad), repr(os.path.relpath(paths[bad[0]], folder)))
     keep = np.ones(len(images), bool)
     keep[bad] = False
     return images[keep]
@@ -133,3 +299,69 @@ def hub_download(repo_id: str, filename: str, *, what: str, local_hint: str) -> 
             f"The Hub is unreachable or offline (HF_HUB_OFFLINE=1?). Use a local copy instead: "
             f"{local_hint}; or load precomputed embeddings (DATASETS.get('precomputed'))."
         ) from exc
+
+
+def as_splits(splits: Any, name: str = "splits") -> tuple[str, ...] | None:
+    """``splits`` as a tuple of split names: a list, or a comma string (``"train,test"``).
+
+    None stays None (all splits). ``restval`` counts as ``train``, ``validation``
+    and ``dev`` as ``val``. Unknown names raise with the valid ones.
+    """
+    from imsearch_align.datasets.base import SPLITS
+
+    if splits is None:
+        return None
+    if isinstance(splits, str):
+        items = [s.strip() for s in splits.split(",") if s.strip()]
+    elif isinstance(splits, Sequence) and all(isinstance(s, str) for s in splits):
+        items = [s.strip() for s in splits]
+    else:
+        raise TypeError(
+            f"{name} must be a list of split names or a comma-separated string like "
+            f"'train,test', got {splits!r}"
+        )
+    alias = {"restval": "train", "validation": "val", "dev": "val"}
+    items = [alias.get(s, s) for s in items]
+    bad = [s for s in items if s not in SPLITS]
+    if bad or not items:
+        raise ValueError(f"{name} must name splits among {list(SPLITS)}, got {splits!r}")
+    return tuple(dict.fromkeys(items))
+
+
+class ZeroEmbeddingWarning(UserWarning):
+    """Some embedding rows are all zeros: those items score 0 against everything."""
+
+
+def check_zero_rows(arr: Any, ids: Any, what: str, *, stacklevel: int = 3) -> int:
+    """Warn about all-zero rows of ``arr`` (count and example ids); return their count.
+
+    A zero row has no direction: its inner product and cosine with every
+    vector are 0, so the item can never be found nor find anything. A few
+    (blank images, empty strings an encoder maps to 0) are reported with
+    :class:`ZeroEmbeddingWarning`; when *every* row is zero the scores carry
+    no information at all and ValueError is raised instead.
+    """
+    a = np.asarray(arr)
+    if a.ndim != 2 or a.shape[0] == 0:
+        return 0
+    zero = ~np.any(a != 0, axis=1)
+    n = int(zero.sum())
+    if n == 0:
+        return 0
+    ex = (
+        f"ids {np.asarray(ids)[zero][:5].tolist()}"
+        if ids is not None
+        else f"rows {np.flatnonzero(zero)[:5].tolist()}"
+    )
+    if n == a.shape[0]:
+        raise ValueError(
+            f"{what}: all {n} embedding rows are zero vectors, so every score would be 0; "
+            "check the embeddings file or the encoder's input"
+        )
+    warnings.warn(
+        f"{what}: {n} of {a.shape[0]} embedding rows are all zeros (they score 0 against "
+        f"everything and cannot be retrieved), e.g. {ex}",
+        ZeroEmbeddingWarning,
+        stacklevel=stacklevel,
+    )
+    return n

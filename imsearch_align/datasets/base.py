@@ -27,7 +27,10 @@ pair can leak into the support set.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import hashlib
+import os
+import warnings
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, NamedTuple
 
@@ -114,6 +117,10 @@ class PairedDataset:
         class_names: class names by class index (classification datasets).
         templates: prompt templates with a ``{c}`` placeholder for a class name.
         root: the folder the data was read from, if any (informational).
+        skipped: items the loader left out, ``{reason: count}`` (reasons in
+            :data:`imsearch_align.datasets.SKIP_REASONS`: ``missing_image``,
+            ``unreadable_image``, ``missing_caption``, ``empty_caption``,
+            ``missing_label``); empty when nothing was skipped. JSON-ready.
     """
 
     name: str
@@ -122,8 +129,11 @@ class PairedDataset:
     class_names: tuple[str, ...] | None = None
     templates: tuple[str, ...] | None = None
     root: str | None = field(default=None, compare=False)
+    skipped: Mapping[str, int] = field(default_factory=dict, compare=False)
+    _fingerprint: str | None = field(default=None, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
+        self._check_skipped()
         if not isinstance(self.name, str) or not self.name:
             raise ValueError(f"PairedDataset: name must be a non-empty string, got {self.name!r}")
         for tname in ("images", "texts"):
@@ -206,6 +216,25 @@ class PairedDataset:
             object.__setattr__(self, "templates", tpl)
         object.__setattr__(self, "images", images)
         object.__setattr__(self, "texts", texts)
+
+    def _check_skipped(self) -> None:
+        from imsearch_align.datasets._local import SKIP_REASONS
+
+        if not isinstance(self.skipped, Mapping):
+            raise TypeError(
+                f"PairedDataset: skipped must be a mapping reason -> count, got {self.skipped!r}"
+            )
+        bad = [
+            k
+            for k, v in self.skipped.items()
+            if k not in SKIP_REASONS or isinstance(v, bool) or not isinstance(v, int | np.integer)
+        ]
+        if bad or any(int(v) < 0 for v in self.skipped.values()):
+            raise ValueError(
+                f"PairedDataset: skipped must map reasons in {list(SKIP_REASONS)} to counts >= 0, "
+                f"got {dict(self.skipped)!r}"
+            )
+        object.__setattr__(self, "skipped", {str(k): int(v) for k, v in self.skipped.items()})
 
     # -- constructors
     @classmethod
@@ -316,6 +345,61 @@ class PairedDataset:
             return None
         return tuple(tuple(int(c) for c in s) for s in self.images["label_set"])
 
+    @property
+    def fingerprint(self) -> str:
+        """SHA-256 (hex) of the dataset's content, stable across processes and machines.
+
+        Covers, in id order: image ids, splits, labels / label sets, image
+        paths (relative to :attr:`root` when under it, so the same folder
+        copied elsewhere keeps its fingerprint), a SHA-256 of each image's
+        bytes; text ids, their image ids and captions; class names and
+        templates. Not the name, not file contents behind paths (the
+        embedding cache keys those by size and time). Two datasets that
+        differ in any covered value have different fingerprints.
+        """
+        if self._fingerprint is None:
+            from imsearch_align.datasets._describe import feed_value
+
+            h = hashlib.sha256(b"PairedDataset/1;")
+            img = self.images.sort_values("image_id", kind="stable")
+            txt = self.texts.sort_values("text_id", kind="stable")
+            root = os.path.abspath(self.root) if self.root else None
+
+            def rel(p: Any) -> Any:
+                if not isinstance(p, str) or root is None:
+                    return p
+                ap = os.path.abspath(p)
+                return os.path.relpath(ap, root) if ap.startswith(root + os.sep) else ap
+
+            cols: list[tuple[str, pd.Series]] = [
+                (f"images.{c}", img[c]) for c in ("image_id", "split", "label") if c in img
+            ]
+            if "label_set" in img:
+                cols.append(("images.label_set", img["label_set"]))
+            if "path" in img:
+                cols.append(("images.path", img["path"].map(rel)))
+            if "bytes" in img:
+                cols.append(("images.bytes", img["bytes"]))
+            cols += [(f"texts.{c}", txt[c]) for c in ("text_id", "image_id", "caption")]
+            for cname, col in cols:
+                h.update(f"{cname}:{len(col)};".encode())
+                if col.dtype.kind in "iu":
+                    h.update(np.ascontiguousarray(col.to_numpy(np.int64)).tobytes())
+                else:
+                    for v in col:
+                        feed_value(h, v)
+            feed_value(h, list(self.class_names) if self.class_names is not None else None)
+            feed_value(h, list(self.templates) if self.templates is not None else None)
+            object.__setattr__(self, "_fingerprint", h.hexdigest())
+        return str(self._fingerprint)
+
+    def uncaptioned_image_ids(self, split: str | None = TEST_SPLIT) -> np.ndarray:
+        """Image ids of ``split`` that have no caption (never an i2t query; t2i distractors)."""
+        self._check_split(split)
+        df = self.images if split is None else self.images[self.images["split"] == split]
+        has = df["image_id"].isin(self.texts["image_id"])
+        return df.loc[~has, "image_id"].to_numpy(dtype=np.int64)
+
     def _check_split(self, split: str | None) -> None:
         if split is not None and split not in SPLITS:
             raise ValueError(f"split must be one of {list(SPLITS)} or None (all), got {split!r}")
@@ -338,7 +422,9 @@ class PairedDataset:
 
         ``"t2i"``: query id = ``text_id``, the caption's one image (``image_id``)
         is relevant. ``"i2t"``: query id = ``image_id``, every caption of the
-        image (``text_id``) is relevant. ``split=None`` judges all rows.
+        image (``text_id``) is relevant; images without a caption
+        (:meth:`uncaptioned_image_ids`) have no judgement, so they are not
+        queries: a warning gives their count. ``split=None`` judges all rows.
         """
         if direction not in _DIRECTIONS:
             raise ValueError(f"direction must be one of {list(_DIRECTIONS)}, got {direction!r}")
@@ -347,6 +433,16 @@ class PairedDataset:
         if direction == "t2i":
             return Qrels.from_pairs(t["text_id"].to_numpy(), t["image_id"].to_numpy())
         t = t.sort_values(["image_id", "text_id"], kind="stable")
+        lone = self.uncaptioned_image_ids(split)
+        if len(lone):
+            # Such an image has no relevant caption, so it cannot be an i2t query.
+            warnings.warn(
+                f"dataset {self.name!r}: {len(lone)} image(s) of split {split!r} have no caption "
+                f"and are ignored as image-to-text queries (they stay text-to-image documents), "
+                f"e.g. image_id {lone[:5].tolist()}",
+                UserWarning,
+                stacklevel=2,
+            )
         return Qrels.from_pairs(t["image_id"].to_numpy(), t["text_id"].to_numpy())
 
     def label_qrels(self, split: str | None = TEST_SPLIT) -> Qrels:

@@ -1,17 +1,22 @@
-"""MSCOCO with the Karpathy split (the standard 5k test), local or from the Hub.
+"""MSCOCO with the Karpathy split, local or from the Hub.
 
 Local layout: Karpathy's ``dataset_coco.json`` (``images[]`` with
 ``filepath`` (``val2014``/``train2014``), ``filename``, ``cocoid``, ``split``
 in train/restval/val/test, ``sentences[].raw``) and the COCO 2014 image
-folders under ``ROOT`` (or ``ROOT/images``). ``restval`` counts as ``train``
-(the usual Karpathy practice). The protocol keeps the first 5 captions per
-image (25,000 of 25,010 test captions).
+folders under ``ROOT`` (or ``ROOT/images``, or all images in one flat
+folder: the layout under which the images are found is used).
+
+The default is the Karpathy protocol: the support set is ``train`` +
+``restval`` (113,287 images; ``restval`` counts as ``train``), the test set
+the 5,000 ``test`` images with their first 5 captions (25,000 of 25,010);
+``val`` is left out. ``splits=`` changes that.
 
 Ids: ``image_id`` = ``cocoid``; ``text_id = cocoid * 100 + k``.
 """
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import zipfile
@@ -22,11 +27,13 @@ import numpy as np
 import pandas as pd
 
 from imsearch_align.datasets._local import (
+    Skips,
+    as_splits,
     check_images,
     check_root,
-    find_first,
     hub_download,
     layout_error,
+    read_text,
 )
 from imsearch_align.datasets.base import SPLITS, PairedDataset
 from imsearch_align.framework.registry import DATASETS
@@ -35,52 +42,109 @@ __all__ = ["COCO_LAYOUT", "load_coco"]
 
 COCO_LAYOUT = """\
   ROOT/
-    dataset_coco.json        Karpathy split + captions
-    val2014/COCO_val2014_000000391895.jpg ...   (filepath/filename from the JSON;
-    train2014/...                                 also accepted under ROOT/images/)"""
+    dataset_coco.json        Karpathy split + captions (images[].filepath, filename, cocoid,
+                             split, sentences[].raw)
+    train2014/COCO_train2014_000000000009.jpg ...
+    val2014/COCO_val2014_000000000042.jpg ...
+  The image folders may also sit under ROOT/images/ (images/train2014/, images/val2014/),
+  or every image in one flat folder: ROOT/images/COCO_val2014_000000000042.jpg or ROOT/."""
 
 COCO_HOW = (
-    "download the 2014 images from https://cocodataset.org/#download and Karpathy's "
-    "dataset_coco.json from https://cs.stanford.edu/people/karpathy/deepimagesent/caption_datasets.zip; "
-    "or pass source='hub' when online"
+    "download the 2014 images (train2014.zip, val2014.zip) from https://cocodataset.org/#download "
+    "and Karpathy's dataset_coco.json from "
+    "https://cs.stanford.edu/people/karpathy/deepimagesent/caption_datasets.zip; "
+    "or pass source='hub' when online (the 5k test split only)"
 )
+
+#: Where an image of the JSON may be, in the order tried: (description, path under ROOT).
+_IMAGE_LAYOUTS = (
+    ("ROOT/<filepath>/<filename>", lambda fp, fn: os.path.join(fp, fn)),
+    ("ROOT/images/<filepath>/<filename>", lambda fp, fn: os.path.join("images", fp, fn)),
+    ("ROOT/images/<filename> (flat)", lambda fp, fn: os.path.join("images", fn)),
+    ("ROOT/<filename> (flat)", lambda fp, fn: fn),
+)
+_MAX_CAPTIONS = 100  # text_id = cocoid * 100 + k
+
+_Row = tuple[int, str, str, str, list[str]]  # cocoid, filepath, filename, split, captions
+
+
+def _pick_layout(base: Path, rows: list[_Row]) -> int:
+    """The index of the image layout under which most of a sample of ``rows`` exist."""
+    if not rows:
+        return 0
+    sample = rows[:: max(1, len(rows) // 200)][:200]
+    hits = [
+        sum(os.path.isfile(base / make(fp, fn)) for _, fp, fn, _, _ in sample)
+        for _, make in _IMAGE_LAYOUTS
+    ]
+    best = int(np.argmax(hits))
+    if hits[best] == 0:
+        _, fp, fn, _, _ = sample[0]
+        tried = "\n".join(
+            f"  {desc}: {str(base / make(fp, fn))!r}" for desc, make in _IMAGE_LAYOUTS
+        )
+        raise layout_error(
+            f"coco: none of {len(sample)} sampled images of dataset_coco.json were found; "
+            f"tried, for {fn!r}:\n{tried}\n",
+            base,
+            COCO_LAYOUT,
+            COCO_HOW,
+        )
+    return best
 
 
 def _coco_frame(
-    rows: list[tuple[int, str, str, list[str]]],
+    rows: list[_Row],
     *,
     name: str,
     root: Path,
-    folder: Path,
+    layout: int,
     splits: Sequence[str] | None,
     max_captions: int | None,
     verify_images: bool,
     skip_bad_images: bool,
+    skips: Skips,
 ) -> PairedDataset:
-    ids = np.asarray([r[0] for r in rows], dtype=np.int64)
+    make = _IMAGE_LAYOUTS[layout][1]
     images = pd.DataFrame(
         {
-            "image_id": ids,
-            "path": [str(folder / r[1]) for r in rows],
-            "split": ["train" if r[2] == "restval" else r[2] for r in rows],
+            "image_id": np.asarray([r[0] for r in rows], dtype=np.int64),
+            "path": [str(root / make(r[1], r[2])) for r in rows],
+            "split": ["train" if r[3] == "restval" else r[3] for r in rows],
         }
     )
+    bad_split = sorted(set(images["split"]) - set(SPLITS))
+    if bad_split:
+        raise ValueError(
+            f"{name}: dataset_coco.json has split(s) {bad_split}; expected train, restval, val, test"
+        )
+    if images["image_id"].duplicated().any():
+        dup = images.loc[images["image_id"].duplicated(), "image_id"].unique()[:5].tolist()
+        raise ValueError(f"{name}: cocoid must be unique, got duplicates {dup}")
     if splits is not None:
-        if any(s not in SPLITS for s in splits):
-            raise ValueError(f"splits must be a subset of {list(SPLITS)}, got {list(splits)}")
         images = images[images["split"].isin(list(splits))]
     images = check_images(
-        images, dataset=name, folder=folder, verify=verify_images, skip_bad_images=skip_bad_images
+        images,
+        dataset=name,
+        folder=root,
+        verify=verify_images,
+        skip_bad_images=skip_bad_images,
+        skips=skips,
+        hint=f" (image layout used: {_IMAGE_LAYOUTS[layout][0]}); or load only the splits you "
+        "have (e.g. splits=test)",
     )
     keep = set(images["image_id"].tolist())
+    cap_per = _MAX_CAPTIONS if max_captions is None else max_captions
     t_id, t_img, t_cap = [], [], []
-    for cid, _, _, caps in rows:
+    for cid, _, _, _, caps in rows:
         if cid not in keep:
             continue
-        if len(caps) > 100:
-            raise ValueError(f"{name}: image {cid} has {len(caps)} captions, at most 100 supported")
-        for k, c in enumerate(caps if max_captions is None else caps[:max_captions]):
-            t_id.append(cid * 100 + k)
+        if len(caps) > _MAX_CAPTIONS:
+            raise ValueError(
+                f"{name}: image {cid} has {len(caps)} captions, at most {_MAX_CAPTIONS} supported"
+            )
+        for k, c in enumerate(caps[:cap_per]):
+            t_id.append(cid * _MAX_CAPTIONS + k)
             t_img.append(cid)
             t_cap.append(c)
     texts = pd.DataFrame(
@@ -90,7 +154,68 @@ def _coco_frame(
             "caption": t_cap,
         }
     )
-    return PairedDataset(name=name, images=images, texts=texts, root=str(root))
+    return PairedDataset(
+        name=name, images=images, texts=texts, root=str(root), skipped=skips.as_dict()
+    )
+
+
+def _read_karpathy_coco(ann: Path, skips: Skips, skip_bad_captions: bool) -> list[_Row]:
+    try:
+        data = json.loads(read_text(ann))
+        rows = []
+        for i, im in enumerate(data["images"]):
+            fn = str(im["filename"])
+            caps = []
+            for k, sent in enumerate(im["sentences"]):
+                raw = sent.get("raw") if isinstance(sent, dict) else None
+                where = f"{str(ann)!r} images[{i}] (cocoid {im['cocoid']}) sentences[{k}]"
+                c = skips.caption(raw, where, skip=skip_bad_captions)
+                if c is not None:
+                    caps.append(c)
+            rows.append(
+                (int(im["cocoid"]), str(im.get("filepath", "")), fn, str(im["split"]), caps)
+            )
+    except (json.JSONDecodeError, KeyError, TypeError, AttributeError) as exc:
+        raise ValueError(
+            f"{str(ann)!r} is not Karpathy's dataset_coco.json: expected "
+            '{"images": [{"cocoid", "filepath", "filename", "split", "sentences": [{"raw"}]}]} '
+            f"({type(exc).__name__}: {exc})"
+        ) from exc
+    return rows
+
+
+def _read_hub(
+    root: Path | None, repo_id: str, skips: Skips, skip_bad_captions: bool
+) -> tuple[Path, list[_Row]]:
+    hint = f"download COCO and pass root=FOLDER with the layout\n{COCO_LAYOUT}"
+    ann = Path(
+        hub_download(repo_id, "test_5k_mscoco_2014.csv", what="MSCOCO 5k test", local_hint=hint)
+    )
+    target = Path(root).expanduser() if root is not None else ann.parent
+    folder = target / "images_mscoco_2014_5k_test"
+    if not folder.is_dir():
+        z = hub_download(
+            repo_id, "images_mscoco_2014_5k_test.zip", what="MSCOCO 5k test", local_hint=hint
+        )
+        with zipfile.ZipFile(z) as zf:
+            zf.extractall(target)
+    df = pd.read_csv(io.StringIO(read_text(ann)), dtype=str, keep_default_na=False)
+    need = {"raw", "filename"}
+    if need - set(df.columns):
+        raise ValueError(
+            f"{repo_id}: expected columns {sorted(need)} in the CSV, got {list(df.columns)}"
+        )
+    idcol = next((c for c in ("cocoid", "img_id", "imgid") if c in df.columns), None)
+    ids = df[idcol].astype(np.int64) if idcol else pd.Series(np.arange(len(df)))
+    rows = []
+    for line, (i, f, r) in enumerate(zip(ids, df["filename"], df["raw"]), start=2):
+        caps = []
+        for k, c in enumerate(json.loads(r) if r.strip() else []):
+            c = skips.caption(c, f"{ann.name} line {line} caption {k}", skip=skip_bad_captions)
+            if c is not None:
+                caps.append(c)
+        rows.append((int(i), folder.name, str(f), "test", caps))
+    return target, rows
 
 
 @DATASETS.register("coco")
@@ -98,83 +223,62 @@ def load_coco(
     root: str | os.PathLike | None = None,
     *,
     source: str = "local",
-    splits: Sequence[str] | None = ("test",),
+    splits: str | Sequence[str] | None = None,
     max_captions: int | None = 5,
     verify_images: bool = True,
     skip_bad_images: bool = False,
+    skip_bad_captions: bool = False,
     name: str = "coco",
     repo_id: str = "nlphuji/mscoco_2014_5k_test_image_text_retrieval",
 ) -> PairedDataset:
-    """Load MSCOCO (Karpathy split); by default the 5k test images only.
+    """Load MSCOCO with the Karpathy split: support = train + restval (113,287 images), test = 5k.
 
     Args:
-        root: the folder (see the module docstring); for ``source="hub"`` the
-            folder to extract images into (default: next to the Hub cache).
-        source: ``"local"`` or ``"hub"`` (``repo_id``: ``test_5k_mscoco_2014.csv``
-            + ``images_mscoco_2014_5k_test.zip``; test split only).
-        splits: splits to keep; None keeps all (train includes restval).
-        max_captions: captions per image (5 in the standard protocol); None keeps all.
-        verify_images: decode-check every kept image at load time.
-        skip_bad_images: drop unreadable images with a warning instead of raising.
-        name: dataset name (cache key part).
-        repo_id: Hub dataset for ``source="hub"``.
+        root: the folder holding ``dataset_coco.json`` and the 2014 images
+            (layouts in the module docstring); with ``source="hub"``, where to
+            extract the images (default: next to the Hub cache).
+        source: ``"local"`` (read ``root``) or ``"hub"`` (``repo_id``: the 5k
+            test split only, downloaded when online).
+        splits: splits to keep, a list or a comma string (``"train,test"``;
+            ``restval`` counts as ``train``). None (default) runs the Karpathy
+            protocol: train + test locally (val is left out), test from the Hub.
+        max_captions: captions kept per image, in file order (5 in the
+            standard protocol: 25,000 test captions); None keeps all.
+        verify_images: decode-check every kept image at load time (a
+            truncated JPEG is caught here rather than at encoding).
+        skip_bad_images: skip missing or unreadable image files and their
+            captions (counted in ``dataset.skipped`` and warned) instead of raising.
+        skip_bad_captions: skip captions that are missing or empty (counted
+            and warned) instead of raising with the file and entry.
+        name: dataset name, the dataset part of embedding cache keys.
+        repo_id: Hub dataset read when ``source="hub"``.
     """
+    picked = as_splits(splits)
+    skips = Skips(name)
     common = dict(
-        splits=splits,
         max_captions=max_captions,
         verify_images=verify_images,
         skip_bad_images=skip_bad_images,
+        skips=skips,
     )
     if source == "hub":
-        hint = f"download COCO and pass root=FOLDER with the layout\n{COCO_LAYOUT}"
-        ann = Path(
-            hub_download(repo_id, "test_5k_mscoco_2014.csv", what="MSCOCO 5k test", local_hint=hint)
+        target, rows = _read_hub(
+            None if root is None else Path(root), repo_id, skips, skip_bad_captions
         )
-        target = Path(root) if root is not None else ann.parent
-        folder = target / "images_mscoco_2014_5k_test"
-        if not folder.is_dir():
-            z = hub_download(
-                repo_id, "images_mscoco_2014_5k_test.zip", what="MSCOCO 5k test", local_hint=hint
-            )
-            with zipfile.ZipFile(z) as zf:
-                zf.extractall(target)
-        df = pd.read_csv(ann)
-        need = {"raw", "filename"}
-        if need - set(df.columns):
-            raise ValueError(
-                f"{repo_id}: expected columns {sorted(need)} in the CSV, got {list(df.columns)}"
-            )
-        idcol = next((c for c in ("cocoid", "img_id", "imgid") if c in df.columns), None)
-        ids = df[idcol].astype(np.int64) if idcol else pd.Series(np.arange(len(df)))
-        rows = [
-            (int(i), str(f), "test", [str(c) for c in json.loads(r)])
-            for i, f, r in zip(ids, df["filename"], df["raw"])
-        ]
-        return _coco_frame(rows, name=name, root=target, folder=folder, **common)
+        ds = _coco_frame(rows, name=name, root=target, layout=0, splits=picked, **common)
+        skips.warn()
+        return ds
     if source != "local":
         raise ValueError(f"source must be 'local' or 'hub', got {source!r}")
     base = check_root(root, "coco", COCO_LAYOUT, COCO_HOW)
     ann = base / "dataset_coco.json"
     if not ann.is_file():
         raise layout_error(f"coco: missing {ann.name!r}", base, COCO_LAYOUT, COCO_HOW)
-    try:
-        data = json.loads(ann.read_text(encoding="utf-8"))
-        rows = [
-            (
-                int(im["cocoid"]),
-                os.path.join(im.get("filepath", ""), im["filename"]),
-                str(im["split"]),
-                [str(s["raw"]).strip() for s in im["sentences"]],
-            )
-            for im in data["images"]
-        ]
-    except (ValueError, KeyError, TypeError) as exc:
-        raise ValueError(
-            f"{str(ann)!r} is not Karpathy's dataset_coco.json: expected "
-            '{"images": [{"cocoid", "filepath", "filename", "split", "sentences": [{"raw"}]}]} '
-            f"({type(exc).__name__}: {exc})"
-        ) from exc
-    folder = base
-    if rows and not (base / rows[0][1]).exists():
-        folder = find_first(base, ("images",)) or base
-    return _coco_frame(rows, name=name, root=base, folder=folder, **common)
+    rows = _read_karpathy_coco(ann, skips, skip_bad_captions)
+    if picked is None:
+        picked = ("train", "test")
+    kept = [r for r in rows if ("train" if r[3] == "restval" else r[3]) in picked]
+    layout = _pick_layout(base, kept)
+    ds = _coco_frame(rows, name=name, root=base, layout=layout, splits=picked, **common)
+    skips.warn()
+    return ds

@@ -23,6 +23,7 @@ the image's ``k``-th caption (in file order).
 from __future__ import annotations
 
 import csv
+import io
 import json
 import os
 import zipfile
@@ -34,13 +35,16 @@ import numpy as np
 import pandas as pd
 
 from imsearch_align.datasets._local import (
+    Skips,
+    as_splits,
     check_images,
     check_root,
     find_first,
     hub_download,
     layout_error,
+    read_text,
 )
-from imsearch_align.datasets.base import SPLITS, PairedDataset, seeded_split
+from imsearch_align.datasets.base import PairedDataset, seeded_split
 from imsearch_align.framework.registry import DATASETS
 
 __all__ = ["FLICKR30K_LAYOUT", "load_flickr30k", "records_to_dataset"]
@@ -74,18 +78,24 @@ _LAYOUT_FILES = {"karpathy": _KARPATHY, "results": "results.csv", "captions": "c
 _MAX_CAPTIONS = 100  # text_id = image_id * 100 + k
 
 
-def _read_karpathy(path: Path) -> tuple[list[tuple[str, str | None, list[str]]], dict[str, str]]:
+def _read_karpathy(
+    path: Path, skips: Skips, skip_bad_captions: bool
+) -> tuple[list[tuple[str, str | None, list[str]]], dict[str, str]]:
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-        recs = [
-            (
-                str(im["filename"]),
-                str(im["split"]),
-                [str(s["raw"]).strip() for s in im["sentences"]],
-            )
-            for im in data["images"]
-        ]
-    except (ValueError, KeyError, TypeError) as exc:
+        data = json.loads(read_text(path))
+        images = data["images"]
+        recs = []
+        for i, im in enumerate(images):
+            fname, split = str(im["filename"]), str(im["split"])
+            caps = []
+            for k, sent in enumerate(im["sentences"]):
+                raw = sent.get("raw") if isinstance(sent, dict) else None
+                where = f"{str(path)!r} images[{i}] ({fname}) sentences[{k}]"
+                c = skips.caption(raw, where, skip=skip_bad_captions)
+                if c is not None:
+                    caps.append(c)
+            recs.append((fname, split, caps))
+    except (json.JSONDecodeError, KeyError, TypeError, AttributeError) as exc:
         raise ValueError(
             f"{str(path)!r} is not a Karpathy caption file: expected "
             '{"images": [{"filename", "split", "sentences": [{"raw"}]}]} '
@@ -104,43 +114,70 @@ def _group(pairs: list[tuple[str, int, str]]) -> list[tuple[str, str | None, lis
     ]
 
 
-def _read_results(path: Path) -> list[tuple[str, str | None, list[str]]]:
+def _read_results(
+    path: Path, skips: Skips, skip_bad_captions: bool
+) -> list[tuple[str, str | None, list[str]]]:
     pairs: list[tuple[str, int, str]] = []
-    with path.open(encoding="utf-8") as fh:
-        header = fh.readline()
-        if "image_name" not in header or "comment" not in header:
+    lines = read_text(path).splitlines()
+    header = lines[0] if lines else ""
+    if "image_name" not in header or "comment" not in header:
+        raise ValueError(
+            f"{str(path)!r} line 1: expected header 'image_name| comment_number| comment', "
+            f"got {header.strip()!r}"
+        )
+    seen: set[str] = set()
+    for lineno, line in enumerate(lines[1:], start=2):
+        if not line.strip():
+            continue
+        parts = [p.strip() for p in line.split("|", 2)]
+        caption: str | None = parts[2] if len(parts) == 3 else None
+        if len(parts) == 2:
+            # The Kaggle copy has a row with a lost "|": "x.jpg| 4 A dog ...".
+            num, _, rest = parts[1].partition(" ")
+            parts = [parts[0], num, rest]
+            caption = rest if rest.strip() else None
+        if len(parts) != 3 or not parts[1].strip().isdigit() or not parts[0]:
             raise ValueError(
-                f"{str(path)!r}: expected header 'image_name| comment_number| comment', got {header.strip()!r}"
+                f"{str(path)!r} line {lineno}: expected 'image_name| comment_number| comment', "
+                f"got {line!r}"
             )
-        for lineno, line in enumerate(fh, start=2):
-            line = line.rstrip("\n")
-            if not line.strip():
-                continue
-            parts = [p.strip() for p in line.split("|", 2)]
-            if len(parts) == 2:  # the Kaggle copy has a row with a lost "|": "x.jpg| 4 A dog ..."
-                num, _, rest = parts[1].partition(" ")
-                parts = [parts[0], num, rest]
-            if len(parts) != 3 or not parts[1].strip().isdigit():
-                raise ValueError(
-                    f"{str(path)!r} line {lineno}: expected 'image_name| comment_number| comment', got {line!r}"
-                )
-            pairs.append((parts[0], int(parts[1]), parts[2]))
-    return _group(pairs)
+        seen.add(parts[0])
+        c = skips.caption(caption, f"{str(path)!r} line {lineno}", skip=skip_bad_captions)
+        if c is not None:
+            pairs.append((parts[0], int(parts[1]), c))
+    return _with_uncaptioned(_group(pairs), seen)
 
 
-def _read_captions_txt(path: Path) -> list[tuple[str, str | None, list[str]]]:
+def _with_uncaptioned(
+    records: list[tuple[str, str | None, list[str]]], files: set[str]
+) -> list[tuple[str, str | None, list[str]]]:
+    """Keep images whose every caption was skipped, with no captions (t2i distractors)."""
+    have = {r[0] for r in records}
+    return records + [(f, None, []) for f in sorted(files - have)]
+
+
+def _read_captions_txt(
+    path: Path, skips: Skips, skip_bad_captions: bool
+) -> list[tuple[str, str | None, list[str]]]:
     pairs: list[tuple[str, int, str]] = []
-    with path.open(encoding="utf-8", newline="") as fh:
-        rows = csv.reader(fh)
-        header = next(rows, None)
-        if header is None or [h.strip() for h in header[:2]] != ["image", "caption"]:
-            raise ValueError(f"{str(path)!r}: expected header 'image,caption', got {header!r}")
-        for i, row in enumerate(rows):
-            if not row:
-                continue
-            # Unquoted captions may contain commas: everything after the first is caption.
-            pairs.append((row[0].strip(), i, ",".join(row[1:]).strip()))
-    return _group(pairs)
+    rows = csv.reader(io.StringIO(read_text(path), newline=""))
+    header = next(rows, None)
+    if header is None or [h.strip() for h in header[:2]] != ["image", "caption"]:
+        raise ValueError(f"{str(path)!r} line 1: expected header 'image,caption', got {header!r}")
+    seen: set[str] = set()
+    for i, row in enumerate(rows):
+        if not row or not any(c.strip() for c in row):
+            continue
+        where = f"{str(path)!r} line {rows.line_num}"
+        if not row[0].strip():
+            raise ValueError(f"{where}: expected 'image,caption', got no image name in {row!r}")
+        seen.add(row[0].strip())
+        # Unquoted captions may contain commas: everything after the first is caption.
+        caption = ",".join(row[1:]) if len(row) > 1 else None
+        c = skips.caption(caption, where, skip=skip_bad_captions)
+        if c is not None:
+            pairs.append((row[0].strip(), i, c))
+    return _with_uncaptioned(_group(pairs), seen)
 
 
 def _image_ids(files: Sequence[str]) -> np.ndarray:
@@ -163,23 +200,29 @@ def records_to_dataset(
     seed: int,
     verify_images: bool,
     skip_bad_images: bool,
+    skips: Skips,
 ) -> PairedDataset:
     """Per-image records ``(file name, split or None, captions)`` -> :class:`PairedDataset`.
 
-    Records without a split get a seeded ratio split over images.
+    Captions are already validated. Records without a split get a seeded
+    ratio split over images; ``skips`` counts what was left out.
     """
     if not records:
         raise ValueError(f"{name}: the caption file lists no images")
     files = [r[0] for r in records]
     if len(set(files)) != len(files):
-        raise ValueError(f"{name}: image file names must be unique, got duplicates")
+        dup = sorted({f for f in files if files.count(f) > 1})[:5]
+        raise ValueError(f"{name}: image file names must be unique, got duplicates {dup}")
     image_ids = _image_ids(files)
     split = np.asarray([r[1] for r in records], dtype=object)
     if (split == None).any():  # noqa: E711 - elementwise comparison on an object array
         if not (split == None).all():  # noqa: E711
             raise ValueError(f"{name}: some images have an official split and some do not")
         split = seeded_split(len(records), test_fraction=test_fraction, seed=seed)
-    split = np.asarray(["train" if s == "restval" else s for s in split], dtype=object)
+    split = np.asarray(
+        ["train" if s == "restval" else "val" if s in ("validation", "dev") else s for s in split],
+        dtype=object,
+    )
     images = pd.DataFrame(
         {
             "image_id": image_ids,
@@ -189,12 +232,15 @@ def records_to_dataset(
         }
     )
     if splits is not None:
-        unknown = [s for s in splits if s not in SPLITS]
-        if unknown:
-            raise ValueError(f"splits must be a subset of {list(SPLITS)}, got {list(splits)}")
         images = images[images["split"].isin(list(splits))]
     images = check_images(
-        images, dataset=name, folder=folder, verify=verify_images, skip_bad_images=skip_bad_images
+        images,
+        dataset=name,
+        folder=folder,
+        verify=verify_images,
+        skip_bad_images=skip_bad_images,
+        skips=skips,
+        hint="; or load only the splits you have (e.g. splits=test)",
     )
     keep = set(images["file_name"])
     cap_per = max_captions if max_captions is not None else _MAX_CAPTIONS
@@ -217,11 +263,24 @@ def records_to_dataset(
             "caption": t_cap,
         }
     )
-    return PairedDataset(name=name, images=images, texts=texts, root=str(root) if root else None)
+    return PairedDataset(
+        name=name,
+        images=images,
+        texts=texts,
+        root=str(root) if root else None,
+        skipped=skips.as_dict(),
+    )
 
 
 def _load_hub(
-    root: Path | None, *, repo_id: str, splits: Sequence[str] | None, kwargs: dict[str, Any]
+    root: Path | None,
+    *,
+    repo_id: str,
+    name: str,
+    splits: Sequence[str] | None,
+    skip_bad_captions: bool,
+    skips: Skips,
+    kwargs: dict[str, Any],
 ) -> PairedDataset:
     """nlphuji/flickr30k: ``flickr_annotations_30k.csv`` (columns raw, split, filename)
     + ``flickr30k-images.zip``, extracted next to the Hub cache (or into ``root``)."""
@@ -229,24 +288,30 @@ def _load_hub(
     ann = Path(
         hub_download(repo_id, "flickr_annotations_30k.csv", what="Flickr30k", local_hint=hint)
     )
-    target = Path(root) if root is not None else ann.parent
+    target = Path(root).expanduser() if root is not None else ann.parent
     folder = target / "flickr30k-images"
     if not folder.is_dir():
         zpath = hub_download(repo_id, "flickr30k-images.zip", what="Flickr30k", local_hint=hint)
         with zipfile.ZipFile(zpath) as z:
             z.extractall(target)
-    df = pd.read_csv(ann)
+    df = pd.read_csv(io.StringIO(read_text(ann)), dtype=str, keep_default_na=False)
     missing = {"raw", "split", "filename"} - set(df.columns)
     if missing:
         raise ValueError(
-            f"{repo_id}: flickr_annotations_30k.csv lacks column(s) {sorted(missing)}; got {list(df.columns)}"
+            f"{repo_id}: flickr_annotations_30k.csv lacks column(s) {sorted(missing)}; "
+            f"got {list(df.columns)}"
         )
-    records = [
-        (str(f), str(s), [str(c) for c in json.loads(r)])
-        for f, s, r in zip(df["filename"], df["split"], df["raw"])
-    ]
+    records = []
+    for row, (f, sp, raw) in enumerate(zip(df["filename"], df["split"], df["raw"])):
+        caps = []
+        for k, c in enumerate(json.loads(raw) if raw.strip() else []):
+            where = f"{ann.name} line {row + 2} caption {k}"
+            c = skips.caption(c, where, skip=skip_bad_captions)
+            if c is not None:
+                caps.append(c)
+        records.append((str(f), str(sp), caps))
     return records_to_dataset(
-        records, name="flickr30k", folder=folder, root=target, splits=splits, **kwargs
+        records, name=name, folder=folder, root=target, splits=splits, skips=skips, **kwargs
     )
 
 
@@ -256,30 +321,45 @@ def load_flickr30k(
     *,
     layout: str = "auto",
     source: str = "local",
-    splits: Sequence[str] | None = None,
+    splits: str | Sequence[str] | None = None,
     max_captions: int | None = 5,
     test_fraction: float = 0.3,
     seed: int = 42,
     verify_images: bool = True,
     skip_bad_images: bool = False,
+    skip_bad_captions: bool = False,
     name: str = "flickr30k",
     repo_id: str = "nlphuji/flickr30k",
 ) -> PairedDataset:
-    """Load Flickr30k (Karpathy split) from ``root`` or the Hub.
+    """Load Flickr30k (Karpathy split: 29,000 train, 1,014 val, 1,000 test) from a folder or the Hub.
 
     Args:
-        root: the dataset folder (see the module docstring for layouts).
-        layout: ``"auto"``, ``"karpathy"``, ``"results"`` or ``"captions"``.
-        source: ``"local"`` or ``"hub"`` (``repo_id``, downloaded when online).
-        splits: keep only these splits (e.g. ``("train", "test")``); None keeps all.
-        max_captions: captions kept per image (5 in the standard protocol); None keeps all.
-        test_fraction, seed: the ratio split used when no Karpathy split file exists.
-        verify_images: decode-check every image file at load time.
-        skip_bad_images: drop unreadable images (with a warning saying how many)
-            instead of raising.
-        name: dataset name (cache key part).
-        repo_id: Hub dataset for ``source="hub"``.
+        root: the dataset folder holding an images folder and a caption file
+            (layouts in the module docstring); with ``source="hub"``, where to
+            extract the images (default: next to the Hub cache).
+        layout: which caption file to read: ``"auto"`` (the first found of
+            ``dataset_flickr30k.json``, ``results.csv``, ``captions.txt``),
+            ``"karpathy"``, ``"results"`` or ``"captions"``.
+        source: ``"local"`` (read ``root``) or ``"hub"`` (download ``repo_id``
+            when online).
+        splits: splits to keep, a list or a comma string (``"train,test"``);
+            None keeps all (train is the support set, test the evaluation set).
+        max_captions: captions kept per image, in file order (5 in the
+            standard protocol); None keeps all.
+        test_fraction: share of images in ``test`` when no Karpathy split
+            file is present (a seeded ratio split over images).
+        seed: seed of that ratio split.
+        verify_images: decode-check every image file at load time (a
+            truncated JPEG is caught here rather than at encoding).
+        skip_bad_images: skip missing or unreadable image files and their
+            captions (counted in ``dataset.skipped`` and warned) instead of raising.
+        skip_bad_captions: skip caption rows with no caption or an empty one
+            (counted and warned) instead of raising with file and line.
+        name: dataset name, the dataset part of embedding cache keys.
+        repo_id: Hub dataset read when ``source="hub"``.
     """
+    splits = as_splits(splits)
+    skips = Skips(name)
     kwargs = {
         "max_captions": max_captions,
         "test_fraction": test_fraction,
@@ -288,9 +368,17 @@ def load_flickr30k(
         "skip_bad_images": skip_bad_images,
     }
     if source == "hub":
-        return _load_hub(
-            None if root is None else Path(root), repo_id=repo_id, splits=splits, kwargs=kwargs
+        ds = _load_hub(
+            None if root is None else Path(root),
+            repo_id=repo_id,
+            name=name,
+            splits=splits,
+            skip_bad_captions=skip_bad_captions,
+            skips=skips,
+            kwargs=kwargs,
         )
+        skips.warn()
+        return ds
     if source != "local":
         raise ValueError(f"source must be 'local' or 'hub', got {source!r}")
     if layout != "auto" and layout not in _LAYOUT_FILES:
@@ -300,7 +388,8 @@ def load_flickr30k(
         found = [lay for lay, f in _LAYOUT_FILES.items() if (base / f).is_file()]
         if not found:
             raise layout_error(
-                f"flickr30k: no caption file ({', '.join(_LAYOUT_FILES.values())}) in {str(base)!r}",
+                f"flickr30k: no caption file ({', '.join(_LAYOUT_FILES.values())}) "
+                f"in {str(base)!r}",
                 base,
                 FLICKR30K_LAYOUT,
                 FLICKR30K_HOW,
@@ -323,16 +412,23 @@ def load_flickr30k(
             FLICKR30K_HOW,
         )
     if layout == "karpathy":
-        records, _ = _read_karpathy(cap_file)
+        records, _ = _read_karpathy(cap_file, skips, skip_bad_captions)
     else:
-        records = _read_results(cap_file) if layout == "results" else _read_captions_txt(cap_file)
+        reader = _read_results if layout == "results" else _read_captions_txt
+        records = reader(cap_file, skips, skip_bad_captions)
         if (base / _KARPATHY).is_file():
-            _, split_of = _read_karpathy(base / _KARPATHY)
+            # Only the split is taken from the JSON: its captions are not checked here.
+            _, split_of = _read_karpathy(base / _KARPATHY, Skips(name), True)
             missing = [f for f, _, _ in records if f not in split_of]
             if missing:
                 raise ValueError(
-                    f"flickr30k: {len(missing)} image(s) of {cap_file.name} are not in {_KARPATHY}, "
-                    f"e.g. {missing[:5]}; remove the split file to use a seeded ratio split"
+                    f"flickr30k: {len(missing)} image(s) of {cap_file.name} are not in "
+                    f"{_KARPATHY}, e.g. {missing[:5]}; remove the split file to use a seeded "
+                    "ratio split"
                 )
             records = [(f, split_of[f], caps) for f, _, caps in records]
-    return records_to_dataset(records, name=name, folder=folder, root=base, splits=splits, **kwargs)
+    ds = records_to_dataset(
+        records, name=name, folder=folder, root=base, splits=splits, skips=skips, **kwargs
+    )
+    skips.warn()
+    return ds

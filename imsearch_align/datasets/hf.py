@@ -1,57 +1,232 @@
-"""Any Hugging Face ``datasets`` dataset, or a DataFrame, with an image and caption column(s).
+"""Any Hugging Face ``datasets`` dataset, a local file of one, or a DataFrame, with image and captions.
+
+``data`` may be:
+
+* a folder written by ``Dataset.save_to_disk`` or ``DatasetDict.save_to_disk``
+  (read with ``datasets.load_from_disk``);
+* a ``.parquet``, ``.csv``, ``.tsv``, ``.json`` / ``.jsonl`` or ``.arrow``
+  file, or a glob of them (``data/*.parquet``; read with
+  ``datasets.load_dataset(<format>, data_files=...)``);
+* any other folder: ``datasets.load_dataset(folder)`` (an ``imagefolder``
+  with ``metadata.csv``/``metadata.jsonl``, or a folder of data files);
+* a Hub dataset name (``owner/name``), loaded when online;
+* an in-memory ``datasets.Dataset`` / ``DatasetDict`` or a pandas DataFrame.
 
 The image column may hold PIL images, ``{"bytes", "path"}`` dicts (a
-``datasets.Image(decode=False)`` column), encoded bytes, or file paths.
-Caption columns may hold a string or a list of strings per row. Images are
-stored as bytes or paths, never decoded at load time.
+``datasets.Image`` column), encoded bytes, or file paths (relative paths are
+taken relative to the data file's folder when ``data`` is a path). Caption
+columns hold a string or a list of strings per row. Images are stored as
+bytes or paths, never decoded at load time.
+
+Splits: a dataset with its own ``train`` and ``test`` splits (``restval``
+counts as train, ``validation``/``dev`` as val) keeps them; splits chosen
+with ``splits=`` are used as named (``splits=test`` makes every row a test
+row); a dataset with other splits gets a seeded ratio split over all rows
+(``test_fraction``, ``seed``) with a warning saying so, a single table (a
+file, a ``Dataset``, a DataFrame) gets it silently; ``split_column`` takes
+the split from a column instead.
+
+Ids: ``image_id`` is the row number (splits concatenated in the dataset's
+order); ``text_id`` a running index in row, column, list order.
 """
 
 from __future__ import annotations
 
+import difflib
+import glob
 import io
-from collections.abc import Sequence
+import os
+import warnings
+from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
-from imsearch_align.datasets._local import HubUnreachableError
+from imsearch_align.datasets._local import HubUnreachableError, Skips, readable
 from imsearch_align.datasets.base import SPLITS, PairedDataset, seeded_split
 from imsearch_align.framework.registry import DATASETS
 
 __all__ = ["from_hf"]
 
-
-def _image_cell(v: Any, row: int) -> tuple[bytes | None, str | None]:
-    if v is None:
-        raise ValueError(f"image column: row {row} has no image")
-    if isinstance(v, dict):
-        b, p = v.get("bytes"), v.get("path")
-        if b is None and not p:
-            raise ValueError(f"image column: row {row} has neither bytes nor path")
-        return (bytes(b) if b is not None else None), (str(p) if b is None else None)
-    if isinstance(v, bytes | bytearray):
-        return bytes(v), None
-    if isinstance(v, str):
-        return None, v
-    if hasattr(v, "save"):  # a PIL image: re-encode losslessly once
-        buf = io.BytesIO()
-        v.save(buf, format="PNG")
-        return buf.getvalue(), None
-    raise TypeError(
-        f"image column: row {row} holds {type(v).__name__}; expected PIL image, bytes, dict or path"
-    )
+_BUILDER_FOR = {
+    ".parquet": "parquet",
+    ".csv": "csv",
+    ".tsv": "csv",
+    ".json": "json",
+    ".jsonl": "json",
+    ".arrow": "arrow",
+}
+_ALIAS = {"restval": "train", "validation": "val", "valid": "val", "dev": "val"}
 
 
-def _to_frame(data: Any, image_column: str) -> pd.DataFrame:
-    if isinstance(data, pd.DataFrame):
-        return data
+def _hfd() -> Any:
     try:
         import datasets as hfd
     except ImportError as exc:  # pragma: no cover - guarded by the hub extra
         raise ImportError(
             "Hugging Face datasets input needs: pip install 'imsearch-align[hub]'"
         ) from exc
+    return hfd
+
+
+def _image_cell(v: Any) -> tuple[bytes | None, str | None]:
+    """``(bytes, path)`` of one image cell; ``(None, None)`` when it holds no image."""
+    if v is None or (isinstance(v, float) and np.isnan(v)):
+        return None, None
+    if isinstance(v, dict):
+        b, p = v.get("bytes"), v.get("path")
+        if b is None and not p:
+            return None, None
+        return (bytes(b) if b is not None else None), (str(p) if b is None else None)
+    if isinstance(v, bytes | bytearray):
+        return bytes(v), None
+    if isinstance(v, str):
+        return (None, v) if v.strip() else (None, None)
+    if isinstance(v, os.PathLike):
+        return None, os.fspath(v)
+    if hasattr(v, "save"):  # a PIL image: re-encode losslessly once
+        buf = io.BytesIO()
+        v.save(buf, format="PNG")
+        return buf.getvalue(), None
+    raise TypeError(f"holds {type(v).__name__}; expected a PIL image, bytes, a dict or a path")
+
+
+def _is_unreachable(exc: BaseException) -> bool:
+    """Whether ``exc`` (or what caused it) says the Hub could not be reached."""
+    seen: set[int] = set()
+    e: BaseException | None = exc
+    while e is not None and id(e) not in seen:
+        seen.add(id(e))
+        text = f"{type(e).__name__} {e}".lower()
+        if (
+            isinstance(e, ConnectionError | TimeoutError)
+            or "offline" in text
+            or "couldn't reach" in text
+            or "connection" in text
+        ):
+            return True
+        e = e.__cause__ or e.__context__
+    return False
+
+
+def _looks_like_path(s: str) -> bool:
+    if s.startswith((".", "/", "~")) or os.sep in s.strip("/").replace("/", "", 1):
+        return True
+    if any(ch in s for ch in "*?["):
+        return True
+    return os.path.splitext(s)[1].lower() in _BUILDER_FOR
+
+
+def _no_such_path(s: str) -> FileNotFoundError:
+    p = Path(s).expanduser()
+    parent = p.parent if p.parent.is_dir() else None
+    hint = ""
+    if parent is not None:
+        close = difflib.get_close_matches(p.name, os.listdir(parent), n=3, cutoff=0.6)
+        if close:
+            hint = f"; did you mean {', '.join(repr(str(parent / c)) for c in close)}?"
+    where = (
+        f"folder {str(parent)!r} exists" if parent else f"folder {str(p.parent)!r} does not exist"
+    )
+    return FileNotFoundError(
+        f"hf: data={s!r} is neither an existing file, folder or glob match ({where}){hint}; "
+        "pass a save_to_disk folder, a .parquet/.csv/.json(l)/.arrow file or glob, or a Hub "
+        "dataset name 'owner/name'"
+    )
+
+
+def _load_path(s: str) -> tuple[Any, Path]:
+    """A ``Dataset``/``DatasetDict`` from a local path or glob, and the folder it came from."""
+    hfd = _hfd()
+    p = Path(s).expanduser()
+    if p.is_dir():
+        if (p / "dataset_dict.json").is_file() or (p / "state.json").is_file():
+            return hfd.load_from_disk(str(p)), p
+        try:
+            return hfd.load_dataset(str(p)), p
+        except Exception as exc:
+            raise ValueError(
+                f"hf: folder {str(p)!r} is not a save_to_disk folder (no dataset_dict.json or "
+                "state.json) and datasets.load_dataset could not read it "
+                f"({type(exc).__name__}: {str(exc).splitlines()[0][:300] if str(exc) else ''})"
+            ) from exc
+    files = sorted(glob.glob(str(p))) if any(ch in s for ch in "*?[") else []
+    if not p.is_file() and not files:
+        raise _no_such_path(s)
+    suffixes = {os.path.splitext(f)[1].lower() for f in (files or [str(p)])}
+    builders = {_BUILDER_FOR.get(x) for x in suffixes}
+    if None in builders or len(builders) != 1:
+        raise ValueError(
+            f"hf: data={s!r} matches files with suffix(es) {sorted(suffixes)}; expected one "
+            f"format among {sorted(_BUILDER_FOR)}"
+        )
+    builder = builders.pop()
+    kw: dict[str, Any] = {"delimiter": "\t"} if suffixes == {".tsv"} else {}
+    try:
+        table = hfd.load_dataset(builder, data_files=files or str(p), split="train", **kw)
+    except Exception as exc:
+        raise ValueError(
+            f"hf: could not read {s!r} as {builder} ({type(exc).__name__}: "
+            f"{str(exc).splitlines()[0][:300] if str(exc) else ''})"
+        ) from exc
+    # data_files gives one split named "train" by convention: it is one table, not a train split.
+    return table, (p.parent if p.is_file() else Path(os.path.dirname(str(p)) or "."))
+
+
+def _own_split_names(splits: Any) -> dict[str, str] | None:
+    """``splits`` as ``{dataset split name: our split}``, or None for all."""
+    if splits is None:
+        return None
+    if isinstance(splits, Mapping):
+        out = {str(k): _ALIAS.get(str(v), str(v)) for k, v in splits.items()}
+        bad = [v for v in out.values() if v not in SPLITS]
+        if bad:
+            raise ValueError(
+                f"splits maps dataset splits to {bad}; map them to one of {list(SPLITS)}"
+            )
+        return out
+    if isinstance(splits, str):
+        names = [x.strip() for x in splits.split(",") if x.strip()]
+    elif isinstance(splits, Sequence) and all(isinstance(x, str) for x in splits):
+        names = list(splits)
+    else:
+        raise TypeError(
+            "splits must be a list of the dataset's split names, a comma string like "
+            f"'train,test', or a mapping {{'validation': 'test'}}, got {splits!r}"
+        )
+    if not names:
+        raise ValueError(f"splits names no split, got {splits!r}")
+    return {n: _ALIAS.get(n, n) for n in names}
+
+
+def _pick_splits(dd: Any, wanted: dict[str, str] | None, what: str) -> list[tuple[str, Any]]:
+    """``[(our split name, Dataset)]`` chosen from a ``DatasetDict``."""
+    available = list(dd.keys())
+    if wanted is None:
+        return [(_ALIAS.get(k, k), dd[k]) for k in available]
+    out = []
+    for own, ours in wanted.items():
+        if own not in dd:
+            close = difflib.get_close_matches(own, available, n=2, cutoff=0.5)
+            hint = f"; did you mean {', '.join(repr(c) for c in close)}?" if close else ""
+            raise ValueError(
+                f"hf: split {own!r} is not a split of {what}; available: {available}{hint}"
+            )
+        if ours not in SPLITS:
+            raise ValueError(
+                f"hf: split {own!r} of {what} has no meaning here; name it in a mapping, e.g. "
+                f"splits={{'{own}': 'test'}} (one of {list(SPLITS)})"
+            )
+        out.append((ours, dd[own]))
+    return out
+
+
+def _to_frame(data: Any, image_column: str) -> pd.DataFrame:
+    if isinstance(data, pd.DataFrame):
+        return data
+    hfd = _hfd()
     if isinstance(data, hfd.Dataset):
         if image_column in data.column_names and isinstance(
             data.features.get(image_column), hfd.Image
@@ -60,8 +235,32 @@ def _to_frame(data: Any, image_column: str) -> pd.DataFrame:
             data = data.cast_column(image_column, hfd.Image(decode=False))
         return data.to_pandas()
     raise TypeError(
-        f"data must be a pandas DataFrame, a datasets.Dataset or a Hub name, got {type(data).__name__}"
+        "data must be a pandas DataFrame, a datasets.Dataset or DatasetDict, a path or a Hub "
+        f"name, got {type(data).__name__}"
     )
+
+
+def _load_hub(name: str, wanted: dict[str, str] | None) -> Any:
+    hfd = _hfd()
+    try:
+        if wanted is None:
+            return hfd.load_dataset(name)
+        return hfd.DatasetDict({own: hfd.load_dataset(name, split=own) for own in wanted})
+    except ImportError:
+        raise
+    except Exception as exc:
+        msg = str(exc).splitlines()[0][:300] if str(exc) else ""
+        if _is_unreachable(exc):
+            raise HubUnreachableError(
+                f"could not load Hugging Face dataset {name!r} ({type(exc).__name__}: {msg}). "
+                "The Hub is unreachable or offline (HF_HUB_OFFLINE=1?): save it once with "
+                "save_to_disk and pass that folder, pass a .parquet file, the Dataset or a "
+                "DataFrame, use a local loader with root=..., or precomputed embeddings "
+                "(DATASETS.get('precomputed'))."
+            ) from exc
+        raise ValueError(
+            f"hf: could not load Hub dataset {name!r}: {type(exc).__name__}: {msg}"
+        ) from exc
 
 
 @DATASETS.register("hf")
@@ -71,53 +270,174 @@ def from_hf(
     image_column: str = "image",
     caption_columns: str | Sequence[str] = "caption",
     split_column: str | None = None,
-    hub_split: str = "test",
+    splits: str | Sequence[str] | Mapping[str, str] | None = None,
     test_fraction: float = 0.3,
     seed: int = 42,
+    verify_images: bool = False,
+    skip_bad_images: bool = False,
+    skip_bad_captions: bool = False,
     name: str | None = None,
 ) -> PairedDataset:
-    """Build a :class:`PairedDataset` from a DataFrame, a ``datasets.Dataset`` or a Hub name.
+    """Build a :class:`PairedDataset` from a ``datasets`` dataset, a local file of one, or a DataFrame.
 
     Args:
-        data: DataFrame, ``datasets.Dataset``, or a Hub dataset name (loaded
-            with ``datasets.load_dataset(data, split=hub_split)``).
-        image_column: column holding the image.
-        caption_columns: one or more caption columns (each cell a string or a list of strings).
-        split_column: column with ``train``/``val``/``test`` (``validation``/``restval``
-            are mapped); None: seeded ratio split (``test_fraction``, ``seed``).
-        hub_split: Hub split to load when ``data`` is a name.
-        test_fraction, seed: the ratio split.
-        name: dataset name; default the Hub name or ``"hf"``.
-
-    Ids: ``image_id`` = row number; ``text_id`` = running index in row, column, list order.
+        data: a ``save_to_disk`` folder (Dataset or DatasetDict), a
+            ``.parquet``/``.csv``/``.tsv``/``.json``/``.jsonl``/``.arrow``
+            file or glob, another data folder, a Hub name ``owner/name``, or
+            an in-memory ``datasets.Dataset``/``DatasetDict``/pandas DataFrame.
+        image_column: column holding the image (PIL image, bytes,
+            ``{"bytes", "path"}`` dict or file path).
+        caption_columns: caption column(s), a name, a list or a comma string;
+            each cell a string or a list of strings.
+        split_column: column with ``train``/``val``/``test`` per row
+            (``validation``/``restval``/``dev`` are mapped); overrides the
+            dataset's own splits.
+        splits: which of the dataset's own splits to load, used as named: a
+            list or comma string of its split names (``"train,test"``;
+            ``restval`` is train, ``validation``/``dev`` val), or a mapping to
+            ours (``{"validation": "test"}``). None loads every split and uses
+            them when there are both train and test, else re-splits by ratio.
+        test_fraction: share of rows in ``test`` when the data has no
+            train and test splits of its own and no ``split_column``.
+        seed: seed of that ratio split.
+        verify_images: decode-check every image at load time.
+        skip_bad_images: skip rows with no image, a missing image file or (with
+            the check) an unreadable image, counted in ``dataset.skipped`` and
+            warned, instead of raising.
+        skip_bad_captions: skip captions that are missing or empty (counted
+            and warned) instead of raising with the row and column.
+        name: dataset name (embedding cache key part); default the Hub name,
+            ``hf-<file or folder name>`` for a path, else ``"hf"``.
     """
+    hfd = None
+    source: Path | None = None
+    what = "the dataset"
+    wanted = _own_split_names(splits)
+    if isinstance(data, os.PathLike):
+        data = os.fspath(data)
     if isinstance(data, str):
-        try:
-            import datasets as hfd
-
+        if not data.strip():
+            raise ValueError("hf: data is an empty string; pass a path, a Hub name or a table")
+        p = Path(data).expanduser()
+        if p.exists() or _looks_like_path(data):
+            data, source = _load_path(data)
+            what = repr(str(p))
+            ds_name = name or f"hf-{p.stem or p.name}"
+        else:
+            what = f"Hub dataset {data!r}"
             ds_name = name or data.replace("/", "__")
-            data = hfd.load_dataset(data, split=hub_split)
-        except ImportError:
-            raise
-        except Exception as exc:  # offline, DNS, missing repo
-            raise HubUnreachableError(
-                f"could not load Hugging Face dataset {data!r} ({type(exc).__name__}: "
-                f"{str(exc).splitlines()[0][:200] if str(exc) else ''}). The Hub is unreachable or "
-                "offline (HF_HUB_OFFLINE=1?): load it yourself and pass the Dataset or a DataFrame, "
-                "use a local loader with root=..., or precomputed embeddings (DATASETS.get('precomputed'))."
-            ) from exc
+            data = _load_hub(data, wanted)
     else:
         ds_name = name or "hf"
-    df = _to_frame(data, image_column)
-    cols = [caption_columns] if isinstance(caption_columns, str) else list(caption_columns)
+    parts: list[tuple[str | None, Any]]
+    if not isinstance(data, pd.DataFrame):
+        hfd = _hfd()
+    if hfd is not None and isinstance(data, hfd.DatasetDict):
+        if (
+            source is not None
+            and list(data.keys()) == ["train"]
+            and not (source / "dataset_dict.json").is_file()
+        ):
+            # data_files / folder inference: one table that datasets calls "train".
+            parts = [(None, data["train"])]
+            if wanted is not None:
+                raise ValueError(
+                    f"hf: {what} is one table with no splits of its own; drop splits=, or use "
+                    "split_column= / test_fraction="
+                )
+        else:
+            parts = list(_pick_splits(data, wanted, what))
+    else:
+        if wanted is not None:
+            raise ValueError(
+                f"hf: {what} is one table with no splits of its own; drop splits=, or use "
+                "split_column= / test_fraction="
+            )
+        parts = [(None, data)]
+    frames = [(sp, _to_frame(d, image_column)) for sp, d in parts]
+    own = [sp for sp, _ in frames]
+    # Splits the user chose are used as named; otherwise the dataset's own only when it
+    # has both a support and a test split (else one pool, re-split by ratio).
+    use_own = split_column is None and (
+        (wanted is not None and all(own)) or {"train", "test"} <= {s for s in own if s}
+    )
+    if split_column is None and not use_own:
+        bad = [s for s in own if s is not None and s not in SPLITS]
+        if bad and wanted is None:
+            raise ValueError(
+                f"hf: {what} has split(s) {bad} that are not train/val/test; choose with splits= "
+                "(e.g. splits={'" + bad[0] + "': 'test'})"
+            )
+        if any(s is not None for s in own):
+            warnings.warn(
+                f"hf: {what} has split(s) {[s for s in own if s]} but not both train and test; "
+                f"all {sum(len(f) for _, f in frames)} rows get a seeded ratio split "
+                f"(test_fraction={test_fraction}, seed={seed})",
+                UserWarning,
+                stacklevel=2,
+            )
+    df = pd.concat([f for _, f in frames], ignore_index=True) if len(frames) > 1 else frames[0][1]
+    own_split = np.concatenate([np.full(len(f), sp or "", dtype=object) for sp, f in frames])
+    df = df.reset_index(drop=True)
+    cols = (
+        [c.strip() for c in caption_columns.split(",") if c.strip()]
+        if isinstance(caption_columns, str)
+        else list(caption_columns)
+    )
     missing = [
         c
         for c in [image_column, *cols, *([split_column] if split_column else [])]
         if c not in df.columns
     ]
     if missing:
-        raise ValueError(f"from_hf: missing column(s) {missing}; got columns {list(df.columns)}")
-    cells = [_image_cell(v, i) for i, v in enumerate(df[image_column])]
+        close = {
+            m: difflib.get_close_matches(m, [str(c) for c in df.columns], n=1, cutoff=0.6)
+            for m in missing
+        }
+        hint = "".join(f"; did you mean {v[0]!r} for {k!r}?" for k, v in close.items() if v)
+        raise ValueError(
+            f"from_hf: missing column(s) {missing} in {what}; got columns {list(df.columns)}{hint}"
+        )
+    skips = Skips(ds_name)
+    where_split = (lambda i: f" ({own_split[i]} split)") if len(frames) > 1 else (lambda i: "")
+    cells: list[tuple[bytes | None, str | None]] = []
+    for i, v in enumerate(df[image_column]):
+        try:
+            b, p = _image_cell(v)
+        except TypeError as exc:
+            raise TypeError(
+                f"image column {image_column!r} row {i}{where_split(i)} {exc}"
+            ) from None
+        if p is not None and source is not None and not os.path.isabs(p):
+            cand = source / p
+            p = str(cand) if cand.exists() else p
+        cells.append((b, p))
+    keep = np.ones(len(df), bool)
+    bad_rows: list[tuple[int, str, str]] = []
+    for i, (b, p) in enumerate(cells):
+        if b is None and p is None:
+            bad_rows.append((i, "missing_image", "has no image"))
+        elif p is not None and not os.path.isfile(p):
+            bad_rows.append((i, "missing_image", f"names image file {p!r}, which does not exist"))
+        elif verify_images or skip_bad_images:
+            err = readable(b if b is not None else p)
+            if err is not None:
+                bad_rows.append((i, "unreadable_image", f"holds an unreadable image ({err})"))
+    if bad_rows:
+        i, _, why = bad_rows[0]
+        where = f"image column {image_column!r} row {i}{where_split(i)}"
+        if not skip_bad_images:
+            more = f" (and {len(bad_rows) - 1} more)" if len(bad_rows) > 1 else ""
+            raise ValueError(
+                f"from_hf: {where} {why}{more}; pass skip_bad_images=True to skip such rows "
+                "(counted)"
+            )
+        keep[[i for i, _, _ in bad_rows]] = False
+        for r in ("missing_image", "unreadable_image"):
+            n = sum(1 for _, rr, _ in bad_rows if rr == r)
+            first = next((i for i, rr, _ in bad_rows if rr == r), None)
+            if n:
+                skips.add(r, n, f"row {first}{where_split(first)}")
     images = pd.DataFrame(
         {
             "image_id": np.arange(len(df), dtype=np.int64),
@@ -126,35 +446,38 @@ def from_hf(
         }
     )
     if split_column:
-        sp = (
-            df[split_column]
-            .astype(str)
-            .replace({"validation": "val", "restval": "train", "dev": "val"})
-        )
+        sp = df[split_column].astype(str).replace(_ALIAS)
         bad = ~sp.isin(SPLITS)
         if bad.any():
             raise ValueError(
-                f"from_hf: split column {split_column!r} has values {sorted(sp[bad].unique())[:5]}, expected {list(SPLITS)}"
+                f"from_hf: split column {split_column!r} has values "
+                f"{sorted(sp[bad].unique())[:5]}, expected {list(SPLITS)}"
             )
         images["split"] = sp.to_numpy()
+    elif use_own:
+        images["split"] = own_split
     else:
         images["split"] = seeded_split(len(df), test_fraction=test_fraction, seed=seed)
+    images = images[keep]
     if images["path"].isna().all():
         images = images.drop(columns=["path"])
     elif images["bytes"].isna().all():
         images = images.drop(columns=["bytes"])
     t_img, t_cap = [], []
-    for i in range(len(df)):
+    for i in np.flatnonzero(keep):
         for c in cols:
             v = df[c].iat[i]
-            caps = [v] if isinstance(v, str) else list(v) if v is not None else []
-            for cap in caps:
-                if not isinstance(cap, str):
-                    raise TypeError(
-                        f"from_hf: caption column {c!r} row {i} holds {type(cap).__name__}, expected str"
-                    )
-                t_img.append(i)
-                t_cap.append(cap)
+            if isinstance(v, np.ndarray):
+                v = v.tolist()
+            caps = v if isinstance(v, list | tuple) else [v]
+            for k, cap in enumerate(caps):
+                where = f"{what} row {i}{where_split(i)} column {c!r}" + (
+                    f" item {k}" if isinstance(v, list | tuple) else ""
+                )
+                cap = skips.caption(cap, where, skip=skip_bad_captions)
+                if cap is not None:
+                    t_img.append(int(i))
+                    t_cap.append(cap)
     texts = pd.DataFrame(
         {
             "text_id": np.arange(len(t_cap), dtype=np.int64),
@@ -162,4 +485,12 @@ def from_hf(
             "caption": t_cap,
         }
     )
-    return PairedDataset(name=ds_name, images=images, texts=texts)
+    ds = PairedDataset(
+        name=ds_name,
+        images=images,
+        texts=texts,
+        root=str(source) if source is not None else None,
+        skipped=skips.as_dict(),
+    )
+    skips.warn()
+    return ds

@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from imsearch_align.datasets._local import hub_download
+from imsearch_align.datasets._local import check_zero_rows, hub_download
 from imsearch_align.datasets.base import EmbeddedDataset, PairedDataset
 from imsearch_align.framework.registry import DATASETS
 
@@ -121,6 +121,25 @@ def _resolve(path: str | os.PathLike, repo_id: str | None) -> Path:
     )
 
 
+def _int_array(value: Any, name: str, allow_pickle: bool) -> np.ndarray | None:
+    """``value`` as a 1-D integer array; a str/path is read as a ``.npy``/``.parquet`` file."""
+    if value is None:
+        return None
+    if isinstance(value, str | os.PathLike):
+        _, arr = read_embeddings(Path(value).expanduser(), allow_pickle=allow_pickle)
+        value = np.asarray(arr).reshape(-1)
+    arr = np.asarray(value)
+    if arr.ndim != 1 or (arr.size and arr.dtype.kind not in "iuf"):
+        raise ValueError(
+            f"{name} must be a 1-D list of integers, got shape {arr.shape} {arr.dtype}"
+        )
+    if arr.dtype.kind == "f":
+        if not np.all(arr == np.round(arr)):
+            raise ValueError(f"{name} must hold integers, got non-integral values")
+        arr = arr.astype(np.int64)
+    return arr
+
+
 @DATASETS.register("precomputed")
 def load_precomputed(
     image_path: str | os.PathLike,
@@ -137,20 +156,28 @@ def load_precomputed(
     """Load image and text embeddings into ``(dataset, image_provider, text_provider)``.
 
     Args:
-        image_path, text_path: files (or, with ``repo_id``, file names in that
-            Hub dataset repository).
-        text_image: image row index per text row (see module docstring for the default).
-        labels: optional class index per image row.
-        repo_id: a Hub dataset repository such as ``"ridalefdali/flickr30k_embeddings"``.
+        image_path: file of image embeddings, one row per image (with
+            ``repo_id``: a file name in that Hub dataset repository).
+        text_path: file of text embeddings, one row per caption, or a 3-D
+            ``(n_images, k, d)`` array (same rules as ``image_path``).
+        text_image: image row index of each text row, a list or a ``.npy``
+            file; default: texts are image-major, ``n_texts / n_images`` each.
+        labels: class index per image row, a list or a ``.npy`` file; None: no labels.
+        repo_id: a Hub dataset repository such as ``"ridalefdali/flickr30k_embeddings"``
+            to download the files from; None reads local files.
         allow_pickle: allow ``.pkl`` files (unpickling runs code: trusted sources only).
-        test_fraction, seed: seeded ratio split over images.
-        name: dataset name; default from the image file name.
+        test_fraction: share of images in ``test`` (a seeded ratio split;
+            ``0.0`` makes every pair a support pair, ``1.0`` every image a test image).
+        seed: seed of that ratio split.
+        name: dataset name (embedding cache key part); default the image file's stem.
     """
     ip, tp = _resolve(image_path, repo_id), _resolve(text_path, repo_id)
     img_ids, X = read_embeddings(ip, allow_pickle=allow_pickle)
     _, Y = read_embeddings(tp, allow_pickle=allow_pickle)
     X = np.asarray(X)
     Y = np.asarray(Y)
+    text_image = _int_array(text_image, "text_image", allow_pickle)
+    labels = _int_array(labels, "labels", allow_pickle)
     if X.ndim != 2:
         raise ValueError(f"image embeddings in {ip.name!r} must be 2-D (n, d), got shape {X.shape}")
     if Y.ndim == 3:
@@ -162,6 +189,8 @@ def load_precomputed(
             np.repeat(np.arange(X.shape[0]), Y.shape[1]) if text_image is None else text_image
         )
         Y = Y.reshape(-1, Y.shape[2])
+    if Y.ndim != 2:
+        raise ValueError(f"text embeddings in {tp.name!r} must be 2-D or 3-D, got shape {Y.shape}")
     if text_image is None and Y.shape[0] != X.shape[0]:
         if Y.shape[0] % X.shape[0]:
             raise ValueError(
@@ -170,6 +199,8 @@ def load_precomputed(
             )
         text_image = np.repeat(np.arange(X.shape[0]), Y.shape[0] // X.shape[0])
     del img_ids  # rows are the ids: image row i is image_id i
+    check_zero_rows(X, None, f"precomputed image embeddings {ip.name!r}")
+    check_zero_rows(Y, None, f"precomputed text embeddings {tp.name!r}")
     ds_name = name or Path(str(image_path)).stem
     return PairedDataset.from_arrays(
         X, Y, text_image, labels, name=ds_name, test_fraction=test_fraction, seed=seed

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
@@ -231,23 +232,39 @@ def load_shapes(
     seed: int = 0,
     size: int = 224,
     layout: str = "karpathy",
+    splits: str | Sequence[str] | None = None,
 ) -> PairedDataset:
     """The shapes dataset with labels, class names and templates; generated on first use.
 
-    If ``root`` holds no ``shapes_meta.json`` it is generated there with
-    ``n_images``, ``seed`` and ``size`` (``root=None``: a folder under
-    ``$IMSEARCH_ALIGN_CACHE`` or ``~/.cache/imsearch_align`` named after them).
-    The data is read through the Flickr30k loader (``layout``).
+    The data is read through the Flickr30k loader; its split is 70% train,
+    10% val, 20% test of the images.
+
+    Args:
+        root: folder of the data; generated there when it holds no
+            ``shapes_meta.json``. None: a folder under ``$IMSEARCH_ALIGN_CACHE``
+            (or ``~/.cache/imsearch_align``) named after ``n_images``, ``seed``
+            and ``size``.
+        n_images: number of images generated (when generating).
+        seed: seed of the generation (equal seeds give byte-identical files).
+        size: image side in pixels (when generating).
+        layout: caption file read by the Flickr30k loader: ``"karpathy"``,
+            ``"results"`` or ``"captions"``.
+        splits: splits to keep, a list or a comma string (``"train,test"``);
+            None keeps all.
     """
     from imsearch_align.datasets.flickr30k import load_flickr30k
 
-    root = _default_root(n_images, seed, size) if root is None else Path(root)
+    root = _default_root(n_images, seed, size) if root is None else Path(root).expanduser()
     meta_path = root / "shapes_meta.json"
     if not meta_path.is_file():
         generate_shapes(root, n_images, seed=seed, size=size)
     meta = json.loads(meta_path.read_text(encoding="utf-8"))
     ds = load_flickr30k(
-        root, layout=layout, name=f"shapes-n{meta['n_images']}-s{meta['seed']}", verify_images=False
+        root,
+        layout=layout,
+        name=f"shapes-n{meta['n_images']}-s{meta['seed']}",
+        verify_images=False,
+        splits=splits,
     )
     labels = ds.images["file_name"].map(meta["labels"])
     if labels.isna().any():
@@ -262,4 +279,5 @@ def load_shapes(
         class_names=tuple(meta["class_names"]),
         templates=tuple(meta["templates"]),
         root=str(root),
+        skipped=ds.skipped,
     )

@@ -15,12 +15,15 @@ around the same latent.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from imsearch_align.framework.registry import DATASETS
 from imsearch_align.framework.validation import check_int
+
+if TYPE_CHECKING:
+    from imsearch_align.datasets.base import EmbeddedDataset
 
 __all__ = ["SyntheticPairs", "load_synthetic", "make_synthetic_pairs"]
 
@@ -152,19 +155,48 @@ def load_synthetic(
     *,
     test_fraction: float = 0.3,
     split_seed: int = 0,
-    **kwargs: Any,
-):
+    d_latent: int = 16,
+    d_image: int = 64,
+    d_text: int = 48,
+    captions_per_image: int = 1,
+    n_classes: int | None = None,
+    class_spread: float = 0.5,
+    noise: float = 0.6,
+    seed: int = 0,
+) -> EmbeddedDataset:
     """The synthetic pairs as a dataset with its own precomputed encoders.
 
-    ``kwargs`` go to :func:`make_synthetic_pairs`; the images are split into
-    support (``train``) and ``test`` by a seeded ratio, all captions of an
-    image on its side. Returns ``EmbeddedDataset(dataset, image, text)``, so
-    an experiment needs no encoder (``image_encoder=None``,
-    ``text_encoder=None``).
+    The images are split into support (``train``) and ``test`` by a seeded
+    ratio, all captions of an image on its side. Returns
+    ``EmbeddedDataset(dataset, image, text)``, so an experiment needs no
+    encoder (``image_encoder=None``, ``text_encoder=None``).
+
+    Args:
+        n_images: number of images.
+        test_fraction: share of images in ``test`` (``0.0``: all support).
+        split_seed: seed of the split.
+        d_latent: dimension of the shared latent.
+        d_image: image embedding dimension.
+        d_text: text embedding dimension.
+        captions_per_image: texts per image (independent noise draws).
+        n_classes: number of latent classes (labels for classification); None: no labels.
+        class_spread: within-class standard deviation of the latent.
+        noise: standard deviation of the per-item observation noise.
+        seed: seed of the generation (maps, latents, noise).
     """
     from imsearch_align.datasets.base import PairedDataset
 
-    pairs = make_synthetic_pairs(n_images, **kwargs)
+    pairs = make_synthetic_pairs(
+        n_images,
+        d_latent=d_latent,
+        d_image=d_image,
+        d_text=d_text,
+        captions_per_image=captions_per_image,
+        n_classes=n_classes,
+        class_spread=class_spread,
+        noise=noise,
+        seed=seed,
+    )
     class_names = (
         tuple(f"class {c}" for c in range(int(pairs.image_labels.max()) + 1))
         if pairs.image_labels is not None
@@ -175,7 +207,7 @@ def load_synthetic(
         pairs.text_emb,
         pairs.text_image,
         pairs.image_labels,
-        name=f"synthetic-{n_images}-{kwargs.get('seed', 0)}",
+        name=f"synthetic-{n_images}-{seed}",
         test_fraction=test_fraction,
         seed=split_seed,
         class_names=class_names,

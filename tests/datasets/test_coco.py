@@ -1,79 +1,178 @@
-"""COCO Karpathy loader from a generated tiny folder."""
+"""COCO Karpathy loader on folders written in the published format (tests/datasets/conftest.py)."""
 
 from __future__ import annotations
 
 import json
+import warnings
 from pathlib import Path
 
+import numpy as np
 import pytest
 from PIL import Image
 
-from imsearch_align.datasets import HubUnreachableError, LayoutError
+from imsearch_align import DATASETS
+from imsearch_align.adapters.encoders import BadImageError
+from imsearch_align.datasets import BadAnnotationError, HubUnreachableError, LayoutError
 from imsearch_align.datasets.coco import load_coco
 
-
-def _make(root: Path, *, under_images: bool = False) -> Path:
-    entries = []
-    for i, (split, n_caps) in enumerate(
-        [("test", 6), ("test", 5), ("val", 5), ("restval", 5), ("train", 5)]
-    ):
-        fp = "val2014" if split != "train" else "train2014"
-        fn = f"COCO_{fp}_{i:012d}.jpg"
-        d = root / ("images" if under_images else "") / fp
-        d.mkdir(parents=True, exist_ok=True)
-        Image.new("RGB", (8, 8), (i * 40, 0, 0)).save(d / fn)
-        entries.append(
-            {
-                "filepath": fp,
-                "filename": fn,
-                "cocoid": 1000 + i,
-                "split": split,
-                "sentences": [{"raw": f"img {i} caption {k} "} for k in range(n_caps)],
-            }
-        )
-    (root / "dataset_coco.json").write_text(json.dumps({"images": entries}))
-    return root
+# Entry i of the fixture: cocoid 1000 + i, in these Karpathy splits.
+SPLITS = ("train", "restval", "val", "test", "test")
 
 
-@pytest.mark.parametrize("under_images", [False, True])
-def test_default_is_karpathy_test_with_first_five_captions(
-    tmp_path: Path, under_images: bool
-) -> None:
-    ds = load_coco(_make(tmp_path, under_images=under_images))
-    assert ds.images["image_id"].tolist() == [1000, 1001]
-    assert set(ds.images["split"]) == {"test"}
-    caps = ds.texts[ds.texts["image_id"] == 1000]
-    assert caps["caption"].tolist() == [
-        f"img 0 caption {k}" for k in range(5)
-    ]  # 6th dropped, stripped
-    assert caps["text_id"].tolist() == [100000 + k for k in range(5)]
-    assert len(ds.qrels("t2i").query_ids) == 10
-
-
-def test_all_splits_restval_counts_as_train(tmp_path: Path) -> None:
-    ds = load_coco(_make(tmp_path), splits=None, max_captions=None)
-    assert dict(zip(ds.images["image_id"], ds.images["split"])) == {
-        1000: "test",
-        1001: "test",
-        1002: "val",
-        1003: "train",
-        1004: "train",
+def test_default_runs_the_karpathy_protocol_from_root_alone(tmp_path: Path, published) -> None:
+    root = published.coco(tmp_path)
+    ds = DATASETS.get("coco")(root=str(root))  # what --dataset-param root=DIR passes
+    # Oracle: the JSON itself: support = train + restval, test = test, val left out.
+    want = {
+        1000 + i: ("train" if s == "restval" else s) for i, s in enumerate(SPLITS) if s != "val"
     }
-    assert len(ds.texts) == 26
+    assert dict(zip(ds.images["image_id"], ds.images["split"])) == want
+    assert len(ds.split_ids("train", "text")) == 10 and len(ds.split_ids("test", "text")) == 10
+    cap = ds.texts.set_index("text_id")["caption"]
+    assert cap[1003 * 100 + 2] == "Image 3 caption 2."  # raw's trailing space stripped
+    # Each path is the file the JSON names (colour encodes the entry index).
+    for iid, path in zip(ds.images["image_id"], ds.images["path"]):
+        assert Image.open(path).getpixel((0, 0))[0] == pytest.approx(iid - 1000, abs=3)
 
 
-def test_missing_json_lists_layout(tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    ("splits", "expected"),
+    [
+        ("train,test", {1000, 1001, 1003, 1004}),
+        (["train", "test"], {1000, 1001, 1003, 1004}),
+        ("test", {1003, 1004}),
+        ("restval", {1000, 1001}),
+        ("train,val,test", {1000, 1001, 1002, 1003, 1004}),
+    ],
+)
+def test_splits_as_comma_string_or_list(tmp_path: Path, published, splits, expected) -> None:
+    ds = load_coco(published.coco(tmp_path), splits=splits)
+    assert set(ds.images["image_id"]) == expected
+
+
+def test_bad_splits_name_the_valid_ones(tmp_path: Path, published) -> None:
+    with pytest.raises(
+        ValueError, match=r"splits must name splits among \['train', 'val', 'test'\]"
+    ):
+        load_coco(published.coco(tmp_path), splits="train,tset")
+
+
+@pytest.mark.parametrize("layout", ["split_folders", "under_images", "flat"])
+def test_every_image_layout_is_found(tmp_path: Path, published, layout: str) -> None:
+    ds = load_coco(published.coco(tmp_path, layout=layout))
+    assert len(ds.images) == 4 and all(Path(p).is_file() for p in ds.images["path"])
+
+
+def test_no_image_found_names_every_layout_tried(tmp_path: Path, published) -> None:
+    root = published.coco(tmp_path)
+    for d in ("train2014", "val2014"):
+        for f in (root / d).iterdir():
+            f.rename(root / f"x_{f.name}")  # images somewhere the JSON does not say
+    with pytest.raises(LayoutError) as err:
+        load_coco(root)
+    msg = str(err.value)
+    for layout in ("ROOT/<filepath>/<filename>", "ROOT/images/<filepath>/<filename>"):
+        assert layout in msg
+    assert "ROOT/images/<filename> (flat)" in msg and "Expected layout" in msg
+    assert str(root / "images" / "COCO_train2014_000000001000.jpg") in msg
+
+
+def test_only_the_first_five_captions_are_kept(tmp_path: Path, published) -> None:
+    ds = load_coco(published.coco(tmp_path, captions=7), splits="test")
+    assert (ds.texts.groupby("image_id").size() == 5).all()
+    assert len(load_coco(tmp_path, splits="test", max_captions=None).texts) == 14
+
+
+def test_missing_image_is_an_error_or_a_counted_skip(tmp_path: Path, published) -> None:
+    root = published.coco(tmp_path)
+    (root / "val2014" / "COCO_val2014_000000001003.jpg").unlink()
+    with pytest.raises(
+        ValueError,
+        match=r"(?s)1 image file\(s\).*COCO_val2014_000000001003.*skip_bad_images=True.*splits=test",
+    ):
+        load_coco(root)
+    with pytest.warns(UserWarning, match=r"skipped 1 item\(s\): image file does not exist"):
+        ds = load_coco(root, skip_bad_images=True)
+    assert ds.skipped == {"missing_image": 1}
+    assert 1003 not in set(ds.images["image_id"]) and 1003 not in set(ds.texts["image_id"])
+    assert len(ds.images) == 3
+
+
+def test_truncated_jpeg_caught_at_load_time(tmp_path: Path, published) -> None:
+    root = published.coco(tmp_path)
+    bad = root / "train2014" / "COCO_train2014_000000001000.jpg"
+    published.truncate(bad)
+    with Image.open(bad) as im:
+        im.verify()  # what the old check did: it passes
+    with pytest.raises(BadImageError, match=r"COCO_train2014_000000001000\.jpg.*truncated"):
+        load_coco(root)
+    with pytest.warns(UserWarning, match="unreadable_image"):
+        ds = load_coco(
+            root, skip_bad_images=True, verify_images=False
+        )  # skipping implies the check
+    assert ds.skipped == {"unreadable_image": 1} and 1000 not in set(ds.images["image_id"])
+
+
+@pytest.mark.parametrize(
+    ("raw", "reason"), [("", "empty_caption"), ("   \t", "empty_caption"), (..., "missing_caption")]
+)
+def test_bad_captions_rejected_with_location_or_skipped_and_counted(
+    tmp_path: Path, published, raw, reason
+) -> None:
+    root = published.coco(tmp_path, captions=6, raw={(3, 1): raw})
+    with pytest.raises(
+        BadAnnotationError,
+        match=r"dataset_coco\.json' images\[3\] \(cocoid 1003\) sentences\[1\].*skip_bad_captions=True",
+    ):
+        load_coco(root)
+    with pytest.warns(UserWarning, match=reason):
+        ds = load_coco(root, skip_bad_captions=True)
+    assert ds.skipped == {reason: 1}
+    caps = ds.texts[ds.texts["image_id"] == 1003]["caption"].tolist()
+    # The bad caption does not take a slot: the first five *real* captions remain.
+    assert caps == [f"Image 3 caption {k}." for k in (0, 2, 3, 4, 5)]
+
+
+def test_bom_is_read_and_non_utf8_byte_is_located(tmp_path: Path, published) -> None:
+    root = published.coco(tmp_path)
+    ann = root / "dataset_coco.json"
+    text = ann.read_text()
+    ann.write_bytes(b"\xef\xbb\xbf" + text.encode())
+    assert len(load_coco(root)) == 4
+    ann.write_bytes(text.replace("Image 3 caption 2.", "Caf\u00e9 3").encode("cp1252"))
+    with pytest.raises(
+        ValueError, match=r"dataset_coco\.json' line 1 column \d+: byte 0xe9 is not valid UTF-8"
+    ):
+        load_coco(root)
+
+
+def test_not_karpathy_json_and_missing_json(tmp_path: Path) -> None:
     with pytest.raises(
         LayoutError, match=r"(?s)dataset_coco\.json.*Expected layout.*How to get it.*cocodataset"
     ):
         load_coco(tmp_path)
+    (tmp_path / "dataset_coco.json").write_text(json.dumps({"annotations": []}))
+    with pytest.raises(ValueError, match=r"is not Karpathy's dataset_coco\.json"):
+        load_coco(tmp_path)
 
 
-def test_unknown_images_and_hub_offline(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    root = _make(tmp_path)
-    (root / "val2014" / "COCO_val2014_000000000001.jpg").unlink()
-    with pytest.raises(ValueError, match=r"unknown image.*COCO_val2014_000000000001"):
-        load_coco(root)
+def test_an_image_without_captions_is_kept_as_a_document_and_warned(
+    tmp_path: Path, published
+) -> None:
+    root = published.coco(tmp_path, raw={(4, k): "" for k in range(5)})
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        ds = load_coco(root, skip_bad_captions=True)
+    assert 1004 in set(ds.split_ids("test")) and ds.skipped == {"empty_caption": 5}
+    np.testing.assert_array_equal(ds.uncaptioned_image_ids("test"), [1004])
+    with pytest.warns(
+        UserWarning, match=r"1 image\(s\) of split 'test' have no caption and are ignored"
+    ):
+        q = ds.qrels("i2t")
+    assert 1004 not in set(q.query_ids)
+
+
+def test_hub_offline(monkeypatch: pytest.MonkeyPatch) -> None:
     import huggingface_hub
 
     def offline(**kw):

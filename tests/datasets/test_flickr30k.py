@@ -12,7 +12,7 @@ import pytest
 
 from imsearch_align import DATASETS
 from imsearch_align.adapters.encoders import BadImageError
-from imsearch_align.datasets import HubUnreachableError, LayoutError
+from imsearch_align.datasets import BadAnnotationError, HubUnreachableError, LayoutError
 from imsearch_align.datasets.flickr30k import load_flickr30k
 from imsearch_align.datasets.shapes import generate_shapes
 
@@ -126,8 +126,13 @@ def test_captions_referencing_unknown_images(shapes_root: Path, tmp_path: Path) 
     root = _copy(shapes_root, tmp_path, "results.csv")
     with (root / "results.csv").open("a") as fh:
         fh.write("999999.png| 0| a ghost image\n")
-    with pytest.raises(ValueError, match=r"captions reference 1 unknown image\(s\).*999999\.png"):
+    with pytest.raises(
+        ValueError, match=r"1 image file\(s\) named by the captions do not exist.*999999\.png"
+    ):
         load_flickr30k(root)
+    with pytest.warns(UserWarning, match="missing_image"):
+        ds = load_flickr30k(root, skip_bad_images=True)
+    assert ds.skipped == {"missing_image": 1} and len(ds.images) == 12
 
 
 def test_unreadable_image_named_and_skippable(shapes_root: Path, tmp_path: Path) -> None:
@@ -138,7 +143,8 @@ def test_unreadable_image_named_and_skippable(shapes_root: Path, tmp_path: Path)
     with warnings.catch_warnings(record=True) as w:
         warnings.simplefilter("always")
         ds = load_flickr30k(root, skip_bad_images=True)
-    assert any("skipped 1 unreadable image" in str(x.message) for x in w)
+    assert any("skipped 1 item(s): image file cannot be decoded" in str(x.message) for x in w)
+    assert ds.skipped == {"unreadable_image": 1}
     assert 4 not in set(ds.images["image_id"]) and 4 not in set(ds.texts["image_id"])
     assert len(ds.images) == 11
 
@@ -182,3 +188,78 @@ def test_ids_for_non_numeric_file_names(shapes_root: Path, tmp_path: Path) -> No
         "img_000000.png": 0,
     }
     assert np.array_equal(ds.texts["text_id"], [100, 0])
+
+
+# ------------------------------------------------------------------ bad data (issue 11.8)
+@pytest.mark.parametrize(
+    ("line", "reason"),
+    [
+        ("1001.jpg| 1|", "empty_caption"),
+        ("1001.jpg| 1|    ", "empty_caption"),
+        ("1001.jpg| 1", "missing_caption"),  # the caption column is absent
+    ],
+)
+def test_results_csv_bad_caption_row(tmp_path: Path, published, line: str, reason: str) -> None:
+    lines = published.flickr_caption_lines(3, per=6)
+    lines[7] = line  # image 1's caption 1 (file line 9)
+    root = published.flickr_results(tmp_path, lines, 3)
+    with pytest.raises(BadAnnotationError, match=r"results\.csv' line 9: .*skip_bad_captions=True"):
+        load_flickr30k(root)
+    with pytest.warns(UserWarning, match=rf"skipped 1 item\(s\).*{reason}.*line 9"):
+        ds = load_flickr30k(root, skip_bad_captions=True)
+    assert ds.skipped == {reason: 1}
+    caps = ds.texts[ds.texts["image_id"] == 1001]["caption"].tolist()
+    # The bad row does not push out a real caption: five real ones remain.
+    assert caps == [f"Image 1 caption {k}." for k in (0, 2, 3, 4, 5)]
+
+
+def test_captions_txt_bad_rows_bom_and_encoding(tmp_path: Path, published) -> None:
+    root = published.flickr_results(tmp_path, [], 2)
+    (root / "results.csv").unlink()
+    body = "image,caption\r\n1000.jpg,A dog.\r\n1000.jpg\r\n1001.jpg,  \r\n1001.jpg,A cat.\r\n"
+    (root / "captions.txt").write_bytes(b"\xef\xbb\xbf" + body.encode())  # Excel: BOM + CRLF
+    with pytest.raises(
+        BadAnnotationError, match=r"captions\.txt' line 3: caption row has no caption field"
+    ):
+        load_flickr30k(root)
+    with warnings.catch_warnings(record=True) as w:
+        warnings.simplefilter("always")
+        ds = load_flickr30k(root, skip_bad_captions=True)
+    assert ds.skipped == {"empty_caption": 1, "missing_caption": 1}
+    assert sorted(ds.texts["caption"]) == ["A cat.", "A dog."]
+    assert len(w) == 2
+    (root / "captions.txt").write_bytes("image,caption\n1000.jpg,A d\u00f6g.\n".encode("latin-1"))
+    with pytest.raises(
+        ValueError, match=r"captions\.txt' line 2 column 13: byte 0xf6 is not valid UTF-8"
+    ):
+        load_flickr30k(root)
+
+
+def test_karpathy_json_empty_caption(shapes_root: Path, tmp_path: Path) -> None:
+    root = _copy(shapes_root, tmp_path)
+    data = json.loads((shapes_root / "dataset_flickr30k.json").read_text())
+    data["images"][2]["sentences"][0]["raw"] = " "
+    (root / "dataset_flickr30k.json").write_text(json.dumps(data))
+    with pytest.raises(BadAnnotationError, match=r"images\[2\] \(000002\.png\) sentences\[0\]"):
+        load_flickr30k(root)
+    with pytest.warns(UserWarning, match="empty_caption"):
+        assert load_flickr30k(root, skip_bad_captions=True).skipped == {"empty_caption": 1}
+
+
+def test_truncated_jpeg_is_caught(tmp_path: Path, published) -> None:
+    root = published.flickr_results(tmp_path, published.flickr_caption_lines(3), 3)
+    published.truncate(root / "flickr30k_images" / "1002.jpg")
+    with pytest.raises(BadImageError, match=r"1002\.jpg.*truncated"):
+        load_flickr30k(root)
+    with pytest.warns(UserWarning, match="unreadable_image"):
+        ds = load_flickr30k(root, skip_bad_images=True)
+    assert ds.skipped == {"unreadable_image": 1} and sorted(ds.images["image_id"]) == [1000, 1001]
+
+
+def test_splits_comma_string_and_support_only(shapes_root: Path) -> None:
+    a = load_flickr30k(shapes_root, splits="train,test")
+    b = load_flickr30k(shapes_root, splits=["train", "test"])
+    assert a.images["image_id"].tolist() == b.images["image_id"].tolist()
+    assert set(a.images["split"]) == {"train", "test"}
+    sup = load_flickr30k(shapes_root, splits="train")
+    assert set(sup.images["split"]) == {"train"} and len(sup.split_ids("test")) == 0
