@@ -23,7 +23,16 @@ import time
 from pathlib import Path
 from typing import Any
 
-from imsearch_align.experiment import ExperimentConfig, run_experiment, shared_encoder
+from imsearch_align.experiment import (
+    ExperimentConfig,
+    ExperimentError,
+    ExperimentResult,
+    RunStatus,
+    Study,
+    run_experiment,
+    shared_encoder,
+)
+from imsearch_align.experiment.report import HEADLINE_LEGEND, text_table
 
 DEFAULT_IMAGE_ENCODER = ("hf-image", {"model": "facebook/dinov2-base"})
 DEFAULT_TEXT_ENCODER = (
@@ -78,9 +87,8 @@ def dataset_spec(args: argparse.Namespace) -> tuple[str, dict[str, Any], bool]:
             "text_path": str(d / "text.npy"),
         }
         if (d / "text_image.npy").exists():
-            import numpy as np
-
-            params["text_image"] = np.load(d / "text_image.npy").tolist()
+            # By path, never inline: the 158,915-entry list would fill every result file.
+            params["text_image"] = str(d / "text_image.npy")
         return "precomputed", params, True
     if args.shapes:
         root = Path(
@@ -181,8 +189,9 @@ def main(argv: list[str] | None = None) -> int:
         cache_dir=args.cache_dir,
         name="flickr",
     )
-    dims = _dims(base)
-    results: list[dict[str, Any]] = []
+    study = Study()  # datasets and embeddings loaded once for every cell
+    dims = _dims(base, study)
+    results: list[tuple[str, ExperimentResult]] = []
     t0 = time.perf_counter()
     for store in args.stores:
         sname, sparams = store_spec(store, out, args.uri)
@@ -195,7 +204,7 @@ def main(argv: list[str] | None = None) -> int:
                     store_params=sparams,
                     n_support=n,
                 )
-                results.append(_run(cfg, out, store, progress))
+                results.append((store, _run(cfg, out, store, progress, study)))
         if args.clip:
             cfg = base.replace(
                 image_encoder="clip",
@@ -208,54 +217,61 @@ def main(argv: list[str] | None = None) -> int:
                 store_params=sparams,
                 n_support=None,
             )
-            results.append(_run(cfg, out, store, progress))
-    ok = [r for r in results if "error" not in r]
+            results.append((store, _run(cfg, out, store, progress, study)))
+    ok = [(s, r) for s, r in results if r.status.state != "failed"]
     print()
     print(format_table(results, args.k))
+    bad = [r for _, r in results if not r.status.ok]
     print(
-        f"\n{len(ok)}/{len(results)} experiments in {time.perf_counter() - t0:.0f} s; results in {out}/"
+        f"\n{len(results) - len(bad)}/{len(results)} experiments ok in "
+        f"{time.perf_counter() - t0:.0f} s; results in {out}/"
     )
     if ok:
-        from imsearch_align.leaderboard import load_results, to_markdown
-        from imsearch_align.plots import learning_curve
+        _write_reports(ok, out)
+    return 0 if not bad else 1
 
-        df = load_results([r["path"] for r in ok])
-        df.to_csv(out / "benchmark.csv", index=False)
-        (out / "leaderboard.md").write_text(to_markdown(df))
-        # Quality does not depend on an exact store: one curve per method, from
-        # the first store; throughput against quality compares the stores.
-        first = ok[0].get("store_label")
-        curve = [r for r in ok if r.get("store_label") == first]
-        png = learning_curve(
-            curve,
-            metric="t2i/R@1",
-            out_path=out / "learning_curve_t2i_R@1.png",
-            title=f"{ok[0]['dataset']['name']}: text-to-image R@1 vs support pairs ({first})",
+
+def _write_reports(ok: list[tuple[str, ExperimentResult]], out: Path) -> None:
+    """Leaderboard (CSV + Markdown), the learning curve and, across stores, recall vs QPS."""
+    from imsearch_align.leaderboard import results_frame, to_markdown
+    from imsearch_align.plots import learning_curve, recall_vs_qps
+
+    df = results_frame([r for _, r in ok])
+    df.to_csv(out / "benchmark.csv", index=False)
+    (out / "leaderboard.md").write_text(to_markdown(df))
+    # Quality does not depend on an exact store: one curve per method, from
+    # the first store; throughput against quality compares the stores.
+    first = ok[0][0]
+    curve = [r for s, r in ok if s == first]
+    png = learning_curve(
+        curve,
+        metric="t2i/HitRate@1",
+        out_path=out / "learning_curve_t2i_HitRate@1.png",
+        title=f"{curve[0].dataset.name}: text-to-image HitRate@1 vs support pairs ({first})",
+    )
+    print(f"learning curve: {png}")
+    if len({s for s, _ in ok}) > 1:
+        qps_png = recall_vs_qps(
+            [r for _, r in ok], out_path=out / "recall_vs_qps_t2i.png", metric="t2i/HitRate@10"
         )
-        print(f"learning curve: {png}")
-        if len({r.get("store_label") for r in ok}) > 1:
-            from imsearch_align.plots import recall_vs_qps
-
-            qps_png = recall_vs_qps(ok, out_path=out / "recall_vs_qps_t2i.png", metric="t2i/R@10")
-            print(f"stores:         {qps_png}")
-        print(f"leaderboard:    {out / 'leaderboard.md'} (CSV: {out / 'benchmark.csv'})")
-    return 0 if len(ok) == len(results) else 1
+        print(f"stores:         {qps_png}")
+    print(f"leaderboard:    {out / 'leaderboard.md'} (CSV: {out / 'benchmark.csv'})")
 
 
-def _dims(base: ExperimentConfig) -> tuple[int, int]:
+def _dims(base: ExperimentConfig, study: Study) -> tuple[int, int]:
     """Encoder output dimensions (for the CSA ridge rule)."""
     if base.image_encoder is None:
-        from imsearch_align.experiment import load_dataset
-
-        _, ip, tp = load_dataset(base)
-        return int(ip.dim), int(tp.dim)
+        data = study.load(base)
+        return int(data.image_provider.dim), int(data.text_provider.dim)
     return (
         int(shared_encoder(base.image_encoder, "image", base.image_encoder_params).dim),
         int(shared_encoder(base.text_encoder, "text", base.text_encoder_params).dim),
     )
 
 
-def _run(cfg: ExperimentConfig, out: Path, store_label: str, progress: bool) -> dict[str, Any]:
+def _run(
+    cfg: ExperimentConfig, out: Path, store_label: str, progress: bool, study: Study
+) -> ExperimentResult:
     label = f"{cfg.method:<10} {store_label:<11} N={cfg.n_support if cfg.n_support else 'all'}"
     print(f"running {label}", file=sys.stderr, flush=True)
     try:
@@ -264,68 +280,72 @@ def _run(cfg: ExperimentConfig, out: Path, store_label: str, progress: bool) -> 
             output_dir=out,
             output_template="{dataset}_{method}_{store}_{n}_{key}.json",
             progress=progress,
+            study=study,
         )
-    except Exception as exc:  # one failed cell is reported, the others go on
+    except ExperimentError as exc:  # one failed cell is reported, the others go on
+        print(f"  failed: {exc.result.status.error}", file=sys.stderr)
+        return exc.result
+    except Exception as exc:
         print(f"  failed: {type(exc).__name__}: {exc}", file=sys.stderr)
-        return {
-            "config": cfg.to_dict(),
-            "error": f"{type(exc).__name__}: {exc}",
-            "store_label": store_label,
-        }
-    res["store_label"] = store_label
+        return ExperimentResult(
+            config=cfg, status=RunStatus("failed", error=f"{type(exc).__name__}: {exc}")
+        )
+    if not res.status.ok:
+        print(f"  {res.status}", file=sys.stderr)
     return res
 
 
-def format_table(results: list[dict[str, Any]], ks: list[int]) -> str:
-    """Method x store x N with text->image and image->text hit rates (CLIP_benchmark's
-    recall@k), nDCG@10, fit time and search throughput."""
+def _short(text: str, width: int = 60) -> str:
+    line = (text or "").splitlines()[0] if text else ""
+    return line if len(line) <= width else line[: width - 1] + "…"
+
+
+def format_table(results: list[tuple[str, ExperimentResult]], ks: list[int]) -> str:
+    """Method x store x N with text->image and image->text HitRate@k (CLIP_benchmark's
+    recall@k), nDCG, fit time, search throughput and status; an error is
+    shortened to one line in its own column."""
     ks = sorted(ks)
     cols = (
         ["method", "store", "N"]
-        + [f"t2i@{k}" for k in ks]
-        + [f"i2t@{k}" for k in ks]
-        + [f"t2i nDCG@{ks[-1]}", "fit s", "t2i q/s"]
+        + [f"t2i HitRate@{k}" for k in ks]
+        + [f"i2t HitRate@{k}" for k in ks]
+        + [f"t2i nDCG@{ks[-1]}", "fit s", "t2i q/s", "status"]
     )
     rows = []
-    for r in results:
-        c = r["config"]
-        n = c["n_support"] if c["n_support"] else "all"
-        if "error" in r:
-            rows.append(
-                [c["method"], r.get("store_label", c["store"]), str(n), "error: " + r["error"][:60]]
-            )
-            continue
-        m = r["metrics"]
-        row = [
-            c["method"],
-            r.get("store_label", c["store"]),
-            str(r["dataset"]["n_support_pairs"] if c["n_support"] else n),
-        ]
-        row += [f"{m.get(f't2i/HitRate@{k}', float('nan')):.3f}" for k in ks]
-        row += [f"{m.get(f'i2t/HitRate@{k}', float('nan')):.3f}" for k in ks]
+    for store, r in results:
+        c = r.config
+        if r.dataset is not None:
+            n = str(r.dataset.n_support_pairs)
+        else:
+            n = "all" if c.n_support is None else str(c.n_support)
+        m = r.metrics
+        t2i = r.rankings.get("t2i")
+        qps = t2i.timings.queries_per_s if t2i else None
+        row = [c.method, store, n]
+        row += [_num(m.get(f"t2i/HitRate@{k}")) for k in ks]
+        row += [_num(m.get(f"i2t/HitRate@{k}")) for k in ks]
         row += [
-            f"{m.get(f't2i/nDCG@{ks[-1]}', float('nan')):.3f}",
-            f"{r['timings']['fit_s']:.2f}",
-            f"{r['timings'].get('t2i_queries_per_s', float('nan')):,.0f}",
+            _num(m.get(f"t2i/nDCG@{ks[-1]}")),
+            f"{r.timings['fit_s']:.2f}" if "fit_s" in r.timings else "-",
+            "-" if qps is None else f"{qps:,.0f}",
+            r.status.state
+            if r.status.state != "failed"
+            else "failed: " + _short(r.status.error or ""),
         ]
         rows.append(row)
-    widths = [
-        max(len(str(x)) for x in [h] + [row[i] for row in rows if i < len(row)])
-        for i, h in enumerate(cols)
-    ]
-    lines = ["  ".join(h.ljust(w) for h, w in zip(cols, widths))]
-    lines.append("  ".join("-" * w for w in widths))
-    for row in rows:
-        lines.append("  ".join(str(x).ljust(w) for x, w in zip(row, widths)))
-    first = next((r for r in results if "error" not in r), None)
+    lines = [text_table(cols, rows)]
+    first = next((r for _, r in results if r.dataset is not None), None)
     if first:
-        d = first["dataset"]
+        d = first.dataset
         lines.append(
-            f"\n{d['name']}: {d['n_test_images']} test images, {d['n_test_texts']} test captions "
-            f"(chance t2i@1 = {1 / max(d['n_test_images'], 1):.4f}); t2i@k / i2t@k = HitRate@k "
-            "(CLIP_benchmark's image_/text_retrieval_recall@k)"
+            f"\n{d.name}: {d.n_test_images} test images, {d.n_test_texts} test captions "
+            f"(chance t2i HitRate@1 = {1 / max(d.n_test_images, 1):.4f})\n{HEADLINE_LEGEND}"
         )
     return "\n".join(lines)
+
+
+def _num(v: float | None) -> str:
+    return "-" if v is None else f"{v:.3f}"
 
 
 if __name__ == "__main__":

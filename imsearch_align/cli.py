@@ -5,14 +5,21 @@
     imsearch-align build results/ --output benchmark.csv --markdown leaderboard.md
     imsearch-align plot  results/ --output-dir plots
     imsearch-align embed --dataset shapes --image-encoder efficientnet-lite0 --text-encoder sentence-transformers
-    imsearch-align list [datasets|encoders|methods|stores|metrics|perturbations]
+    imsearch-align eval  --task matching --dataset shapes --method csa
+    imsearch-align list [datasets [NAME]|encoders|methods|stores|tasks|metrics|perturbations]
     imsearch-align doctor [--uri http://localhost:19530]
 
 Conventions follow CLIP_benchmark: ``--output`` is a file-name template
 (default ``{dataset}_{method}_{store}_{n}.json``), ``--skip-existing``
-resumes a benchmark, ``build`` merges result JSONs into a CSV. Exit status:
-0 success, 1 a run failed, 2 a usage error (unknown name, bad config key,
-unwritable output folder, bad argument).
+resumes a benchmark (a degraded or failed result is run again), ``build``
+merges result JSONs into a CSV. ``--plugin MODULE`` (any command, repeatable)
+imports a module that registers stores, methods, encoders, datasets or tasks.
+
+Exit status: 0 success; 1 a run failed; 2 a usage error (unknown name, bad
+config key or type, bad output template, unwritable output folder) found
+before any work; 3 a run finished **degraded** (failed queries: the numbers
+are not the full measurement; ``--allow-failures`` makes it 0); 130
+interrupted (Ctrl-C: finished batches are checkpointed).
 """
 
 from __future__ import annotations
@@ -21,7 +28,6 @@ import argparse
 import json
 import logging
 import os
-import re
 import sys
 import time
 import warnings
@@ -103,10 +109,22 @@ class _Parser(argparse.ArgumentParser):
         super().__init__(*a, **kw)
 
 
-def _add_experiment_args(p: argparse.ArgumentParser, *, sweep: bool) -> None:
-    g = p.add_argument_group("experiment (flags override --config)")
+def _plugin_parent() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
+    p.add_argument(
+        "--plugin",
+        action="append",
+        metavar="MODULE",
+        help="import MODULE first: it registers stores, methods, encoders, datasets or tasks "
+        "(repeatable; also IMSEARCH_ALIGN_PLUGINS=mod1,mod2)",
+    )
+    return p
+
+
+def _add_component_args(g: argparse._ArgumentGroup, *, sweep: bool) -> None:
+    scoped = "; NAME:KEY=VALUE for one name of --{}s" if sweep else ""
     g.add_argument("--config", metavar="FILE", help="YAML or JSON file of ExperimentConfig fields")
-    g.add_argument("--dataset", help="DATASETS name (imsearch-align list datasets)")
+    g.add_argument("--dataset", help="DATASETS name (imsearch-align list datasets [NAME])")
     g.add_argument(
         "--dataset-param",
         action="append",
@@ -115,38 +133,43 @@ def _add_experiment_args(p: argparse.ArgumentParser, *, sweep: bool) -> None:
         help="dataset loader argument (repeatable; VALUE parsed as JSON when possible)",
     )
     g.add_argument(
-        "--image-encoder",
-        type=_encoder_name,
+        "--support-dataset",
         metavar="NAME",
-        help="ENCODERS name; 'none' uses the dataset's own embeddings",
+        help="fit the alignment on this dataset's pairs (zero-shot protocol)",
     )
-    g.add_argument("--image-encoder-param", action="append", type=_key_value, metavar="KEY=VALUE")
-    g.add_argument(
-        "--text-encoder",
-        type=_encoder_name,
-        metavar="NAME",
-        help="ENCODERS name; 'none' uses the dataset's own embeddings",
-    )
-    g.add_argument("--text-encoder-param", action="append", type=_key_value, metavar="KEY=VALUE")
+    g.add_argument("--support-dataset-param", action="append", type=_key_value, metavar="KEY=VALUE")
+    for side in ("image", "text"):
+        g.add_argument(
+            f"--{side}-encoder",
+            type=_encoder_name,
+            metavar="NAME",
+            help="ENCODERS name; 'none' uses the dataset's own embeddings",
+        )
+        g.add_argument(
+            f"--{side}-encoder-param", action="append", type=_key_value, metavar="KEY=VALUE"
+        )
     g.add_argument("--method", help="METHODS name (csa, asif, cka, procrustes, linear, identity)")
     g.add_argument(
         "--method-param",
         action="append",
         type=_key_value,
         metavar="KEY=VALUE",
-        help="method argument (repeatable)"
-        + ("; NAME:KEY=VALUE for one method of --methods" if sweep else ""),
+        help="method argument (repeatable)" + scoped.format("method"),
     )
-    g.add_argument("--store", help="STORES name (faiss, exact, milvus...)")
+    g.add_argument("--store", help="STORES name (faiss, exact, milvus, lancedb, qdrant...)")
     g.add_argument(
         "--store-param",
         action="append",
         type=_key_value,
         metavar="KEY=VALUE",
-        help="store argument, e.g. uri=http://localhost:19530 or index=hnsw"
-        + ("; NAME:KEY=VALUE for one store of --stores" if sweep else ""),
+        help="store argument, e.g. uri=http://127.0.0.1:19530" + scoped.format("store"),
     )
-    g.add_argument("--task", choices=("retrieval", "classification"))
+    g.add_argument("--task", metavar="NAME", help="TASKS name (imsearch-align list tasks)")
+    g.add_argument("--task-param", action="append", type=_key_value, metavar="KEY=VALUE",
+                   help="task argument, e.g. candidates=100 for matching")  # fmt: skip
+
+
+def _add_run_args(g: argparse._ArgumentGroup, *, sweep: bool) -> None:
     if sweep:
         g.add_argument(
             "--n-support",
@@ -190,7 +213,7 @@ def _add_experiment_args(p: argparse.ArgumentParser, *, sweep: bool) -> None:
         "--ann-fidelity",
         action=argparse.BooleanOptionalAction,
         default=None,
-        help="also report the store's recall@k against exact search",
+        help="also report the store's recall@k against exact search (true inner products)",
     )
     g.add_argument(
         "--diagnostics",
@@ -206,8 +229,10 @@ def _add_experiment_args(p: argparse.ArgumentParser, *, sweep: bool) -> None:
         "--encode-batch-size", type=_positive_int, metavar="N", help="items per encoder pass"
     )
     g.add_argument("--workers", type=_positive_int, metavar="N", help="concurrent search threads")
-    g.add_argument("--name", help="a free label stored in the result")
-    o = p.add_argument_group("output")
+    g.add_argument("--name", help="a free label stored in the result")  # fmt: skip
+
+
+def _add_output_args(o: argparse._ArgumentGroup) -> None:
     o.add_argument(
         "--output-dir",
         default="results",
@@ -219,43 +244,32 @@ def _add_experiment_args(p: argparse.ArgumentParser, *, sweep: bool) -> None:
         default=None,
         metavar="TEMPLATE",
         help="file-name template (default {dataset}_{method}_{store}_{n}.json; fields: dataset "
-        "method store n seed task image_encoder text_encoder key name)",
+        "method store n seed task image_encoder text_encoder key name; '/' makes folders)",
     )
     o.add_argument(
-        "--skip-existing", action="store_true", help="skip a run whose output file exists"
+        "--skip-existing",
+        action="store_true",
+        help="keep a clean result of the same config; run degraded, failed or other ones",
     )
-    o.add_argument("--no-progress", action="store_true", help="no progress bars")
-
-
-def build_parser() -> argparse.ArgumentParser:
-    """The ``imsearch-align`` argument parser."""
-    p = argparse.ArgumentParser(
-        prog="imsearch-align",
-        allow_abbrev=False,
-        description="How well do aligned image-text embedding spaces search in real vector stores, and how fast?",
+    o.add_argument(
+        "--allow-failures",
+        action="store_true",
+        help="exit 0 even when a run is degraded (failed queries)",
     )
-    p.add_argument("-v", "--verbose", action="count", default=0, help="log more (-vv: debug)")
-    p.add_argument("--traceback", action="store_true", help="show the full traceback of a failure")
-    sub = p.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
-    sub.required = True
+    o.add_argument("--no-progress", action="store_true", help="no progress bars")  # fmt: skip
 
-    e = sub.add_parser(
-        "eval",
-        help="run one experiment",
-        description="Run one experiment and write its result JSON.",
+
+def _add_experiment_args(p: argparse.ArgumentParser, *, sweep: bool) -> None:
+    g = p.add_argument_group("experiment (flags override --config)")
+    _add_component_args(g, sweep=sweep)
+    _add_run_args(g, sweep=sweep)
+    _add_output_args(p.add_argument_group("output"))
+
+
+def _add_report_commands(sub: Any, parents: list[argparse.ArgumentParser]) -> None:
+    b = sub.add_parser(
+        "build", parents=parents, help="merge result JSONs into a CSV and a Markdown leaderboard"
     )
-    _add_experiment_args(e, sweep=False)
-    e.set_defaults(func=cmd_eval)
-
-    s = sub.add_parser(
-        "sweep",
-        help="run a grid: N x methods x stores",
-        description="Run the grid --n-support x --methods x --stores.",
-    )
-    _add_experiment_args(s, sweep=True)
-    s.set_defaults(func=cmd_sweep)
-
-    b = sub.add_parser("build", help="merge result JSONs into a CSV and a Markdown leaderboard")
     b.add_argument(
         "paths",
         nargs="+",
@@ -272,15 +286,16 @@ def build_parser() -> argparse.ArgumentParser:
         help="Markdown leaderboard path (default leaderboard.md; 'none' to skip)",
     )
     b.add_argument(
-        "--sort-by", metavar="METRIC", help="rank by this metric (default t2i/R@1, else the first)"
+        "--sort-by", metavar="METRIC", help="rank by this metric (default t2i/HitRate@1)"
     )
     b.add_argument(
         "--columns", nargs="+", metavar="COL", help="leaderboard columns (default: chosen)"
     )
     b.add_argument("--max-rows", type=_positive_int, metavar="N", help="leaderboard rows at most")
     b.set_defaults(func=cmd_build)
-
-    pl = sub.add_parser("plot", help="learning curves and recall-vs-QPS figures (PNG)")
+    pl = sub.add_parser(
+        "plot", parents=parents, help="learning curves and recall-vs-QPS figures (PNG)"
+    )
     pl.add_argument("paths", nargs="+", metavar="PATH", help="result files or directories")
     pl.add_argument(
         "--output-dir", default="plots", metavar="DIR", help="where PNGs go (default plots)"
@@ -290,28 +305,32 @@ def build_parser() -> argparse.ArgumentParser:
         nargs="+",
         default=None,
         metavar="METRIC",
-        help="learning-curve metrics (default t2i/R@1 and i2t/R@1, or classification/acc1)",
+        help="learning-curve metrics (default t2i/HitRate@1 and i2t/HitRate@1, or the task's)",
     )
     pl.add_argument(
         "--qps-metric",
         metavar="METRIC",
-        help="recall-vs-QPS y metric (default ANN fidelity, else R@10)",
+        help="recall-vs-QPS y metric (default ANN fidelity, else HitRate@10)",
     )
     pl.add_argument(
         "--direction",
         default="t2i",
-        choices=("t2i", "i2t", "classification"),
-        help="whose queries/s the recall-vs-QPS plot uses",
+        help="whose queries/s the recall-vs-QPS plot uses (t2i, i2t...)",
     )
-    pl.set_defaults(func=cmd_plot)
+    pl.set_defaults(func=cmd_plot)  # fmt: skip
 
-    em = sub.add_parser("embed", help="precompute a dataset's embeddings into the cache")
+
+def _add_tool_commands(sub: Any, parents: list[argparse.ArgumentParser]) -> None:
+    em = sub.add_parser(
+        "embed", parents=parents, help="precompute a dataset's embeddings into the cache"
+    )
     em.add_argument("--dataset", required=True)
     em.add_argument("--dataset-param", action="append", type=_key_value, metavar="KEY=VALUE")
-    em.add_argument("--image-encoder", type=_encoder_name, metavar="NAME")
-    em.add_argument("--image-encoder-param", action="append", type=_key_value, metavar="KEY=VALUE")
-    em.add_argument("--text-encoder", type=_encoder_name, metavar="NAME")
-    em.add_argument("--text-encoder-param", action="append", type=_key_value, metavar="KEY=VALUE")
+    for side in ("image", "text"):
+        em.add_argument(f"--{side}-encoder", type=_encoder_name, metavar="NAME")
+        em.add_argument(
+            f"--{side}-encoder-param", action="append", type=_key_value, metavar="KEY=VALUE"
+        )
     em.add_argument(
         "--cache-dir",
         type=_cache_dir,
@@ -324,49 +343,68 @@ def build_parser() -> argparse.ArgumentParser:
     )
     em.add_argument("--no-progress", action="store_true")
     em.set_defaults(func=cmd_embed)
-
     ls = sub.add_parser(
-        "list", help="registered datasets, encoders, methods, stores, metrics, perturbations"
+        "list",
+        parents=parents,
+        help="registered datasets, encoders, methods, stores, tasks, metrics, perturbations",
     )
     ls.add_argument("kind", nargs="?", choices=_LIST_KINDS, help="one kind (default all)")
+    ls.add_argument("name", nargs="?", help="with 'datasets': describe one loader's parameters")
     ls.set_defaults(func=cmd_list)
-
-    d = sub.add_parser("doctor", help="versions, BLAS, GEMM speed, GPU, Milvus reachability")
+    d = sub.add_parser(
+        "doctor", parents=parents, help="versions, BLAS, GEMM speed, GPU, Milvus reachability"
+    )
     d.add_argument("--uri", help="a Milvus URI to try (http://host:19530 or a Lite *.db path)")
     d.add_argument("--token", help="Milvus token (never printed)")
     d.add_argument("--no-gemm", action="store_true", help="skip the GEMM probes")
     d.add_argument(
         "--gemm-size", type=_positive_int, default=1024, metavar="N", help="GEMM probe size (N x N)"
     )
-    d.set_defaults(func=cmd_doctor)
+    d.set_defaults(func=cmd_doctor)  # fmt: skip
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The ``imsearch-align`` argument parser."""
+    plugin = _plugin_parent()
+    p = argparse.ArgumentParser(
+        prog="imsearch-align",
+        allow_abbrev=False,
+        parents=[plugin],
+        description="How well do aligned image-text embedding spaces search in real vector stores, and how fast?",
+    )
+    p.add_argument("-v", "--verbose", action="count", default=0, help="log more (-vv: debug)")
+    p.add_argument("--traceback", action="store_true", help="show the full traceback of a failure")
+    sub = p.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    sub.required = True
+    e = sub.add_parser("eval", parents=[plugin], help="run one experiment",
+                       description="Run one experiment and write its result JSON.")  # fmt: skip
+    _add_experiment_args(e, sweep=False)
+    e.set_defaults(func=cmd_eval)
+    s = sub.add_parser("sweep", parents=[plugin], help="run a grid: N x methods x stores",
+                       description="Run the grid --n-support x --methods x --stores.")  # fmt: skip
+    _add_experiment_args(s, sweep=True)
+    s.set_defaults(func=cmd_sweep)
+    _add_report_commands(sub, [plugin])
+    _add_tool_commands(sub, [plugin])
     return p
 
 
 # ----------------------------------------------------------------------------- config
 
 
-_SCALAR_FLAGS = {
-    "dataset": "dataset",
-    "image_encoder": "image_encoder",
-    "text_encoder": "text_encoder",
-    "method": "method",
-    "store": "store",
-    "task": "task",
-    "seed": "seed",
-    "ensemble": "ensemble",
-    "ann_fidelity": "ann_fidelity",
-    "diagnostics": "diagnostics",
-    "batch_size": "batch_size",
-    "encode_batch_size": "encode_batch_size",
-    "workers": "workers",
-    "name": "name",
-}
+_SCALAR_FLAGS = (
+    "dataset", "support_dataset", "image_encoder", "text_encoder", "method", "store", "task",
+    "seed", "ensemble", "ann_fidelity", "diagnostics", "batch_size", "encode_batch_size",
+    "workers", "name", "cache_dir",
+)  # fmt: skip
 _PARAM_FLAGS = {
     "dataset_param": "dataset_params",
+    "support_dataset_param": "support_dataset_params",
     "image_encoder_param": "image_encoder_params",
     "text_encoder_param": "text_encoder_params",
     "method_param": "method_params",
     "store_param": "store_params",
+    "task_param": "task_params",
 }
 _GIVEN = "_given_flags"
 
@@ -376,7 +414,7 @@ def _read_config_file(path: str) -> dict[str, Any]:
     if not p.is_file():
         raise UsageError(f"--config: file {str(p)!r} does not exist")
     try:
-        text = p.read_text()
+        text = p.read_text(encoding="utf-8-sig")
         if p.suffix.lower() in (".yaml", ".yml"):
             import yaml
 
@@ -408,34 +446,37 @@ def _split_scoped(
     return plain, scoped
 
 
+def _perturbation_params(args: argparse.Namespace, data: dict[str, Any]) -> None:
+    plain, scoped = _split_scoped(getattr(args, "perturbation_param", None))
+    if plain:
+        raise UsageError(
+            f"--perturbation-param: expected NAME:KEY=VALUE, got {next(iter(plain))}=..."
+        )
+    if scoped:
+        base = dict(data.get("perturbation_params") or {})
+        for name, kv in scoped.items():
+            base[name] = {**base.get(name, {}), **kv}
+        data["perturbation_params"] = base
+
+
 def _config_dict(
     args: argparse.Namespace,
 ) -> tuple[dict[str, Any], dict[str, dict[str, dict[str, Any]]]]:
-    """The merged config mapping (file, then flags) and the scoped params."""
+    """The merged config mapping (file, then flags) and the scoped params of a sweep."""
     data = _read_config_file(args.config) if args.config else {}
     given = getattr(args, _GIVEN, set())
-    for flag, key in _SCALAR_FLAGS.items():
+    for flag in _SCALAR_FLAGS:
         # 'none' encoders parse to None, so "given" is what tells them apart.
         if getattr(args, flag, None) is not None or flag in given:
-            data[key] = getattr(args, flag)
-    if getattr(args, "cache_dir", None) is not None or "cache_dir" in given:
-        data["cache_dir"] = args.cache_dir
-    if args.k is not None:
-        data["k_values"] = list(args.k)
-    if args.directions is not None:
-        data["directions"] = list(args.directions)
-    if getattr(args, "perturbations", None) is not None:
-        data["perturbations"] = list(args.perturbations)
-    pplain, pscoped = _split_scoped(getattr(args, "perturbation_param", None))
-    if pplain:
-        raise UsageError(
-            f"--perturbation-param: expected NAME:KEY=VALUE, got {next(iter(pplain))}=..."
-        )
-    if pscoped:
-        base = dict(data.get("perturbation_params") or {})
-        for name, kv in pscoped.items():
-            base[name] = {**base.get(name, {}), **kv}
-        data["perturbation_params"] = base
+            data[flag] = getattr(args, flag)
+    for flag, key in (
+        ("k", "k_values"),
+        ("directions", "directions"),
+        ("perturbations", "perturbations"),
+    ):
+        if getattr(args, flag, None) is not None:
+            data[key] = list(getattr(args, flag))
+    _perturbation_params(args, data)
     if not isinstance(args.n_support, list) and "n_support" in given:
         data["n_support"] = args.n_support
     scoped: dict[str, dict[str, dict[str, Any]]] = {}
@@ -458,58 +499,33 @@ def _config_dict(
     return data, scoped
 
 
-def _make_config(data: dict[str, Any]):
-    from imsearch_align.experiment import ExperimentConfig
+def _make_config(data: dict[str, Any]) -> Any:
+    from imsearch_align.experiment import ConfigError, ExperimentConfig
 
     try:
         return ExperimentConfig.from_dict(data)
-    except (ValueError, TypeError) as exc:
+    except ConfigError as exc:
         raise UsageError(f"config: {exc}") from None
 
 
-def _check_names(cfg: Any, methods: Sequence[str] = (), stores: Sequence[str] = ()) -> None:
-    """Resolve every registry name before any work (UnknownNameError -> exit 2)."""
-    from imsearch_align.framework.registry import DATASETS, ENCODERS, METHODS, STORES
-
-    DATASETS.get(cfg.dataset)
-    for enc in (cfg.image_encoder, cfg.text_encoder):
-        if enc is not None:
-            ENCODERS.get(enc)
-    for m in {cfg.method, *methods}:
-        METHODS.get(m)
-    for s in {cfg.store, *stores}:
-        STORES.get(s)
-
-
-def _check_output(args: argparse.Namespace, cfg: Any) -> tuple[Path, str]:
-    from imsearch_align.experiment import DEFAULT_OUTPUT_TEMPLATE
+def _preflight(configs: Sequence[Any], args: argparse.Namespace) -> tuple[Path, str]:
+    """Every config's names, parameters and output name checked before any work."""
+    from imsearch_align.experiment import DEFAULT_OUTPUT_TEMPLATE, ConfigError, check_writable
+    from imsearch_align.experiment.components import preflight
+    from imsearch_align.framework.registry import TASKS
 
     template = args.output or DEFAULT_OUTPUT_TEMPLATE
-    try:
-        cfg.output_name(template)
-    except ValueError as exc:
-        raise UsageError(f"--output: {exc}") from None
-    from imsearch_align.experiment import check_writable
-
     out = Path(args.output_dir)
     try:
-        check_writable(out)
+        for cfg in configs:
+            preflight(cfg, TASKS.get(cfg.task))
+            name = cfg.output_name(template)
+            check_writable((out / name).parent)
+    except ConfigError as exc:
+        raise UsageError(str(exc)) from None
     except PermissionError as exc:
         raise UsageError(f"--output-dir: {exc}; choose a writable folder") from None
     return out, template
-
-
-def _warn_stale(path: Path, cfg: Any) -> None:
-    """--skip-existing would return a file written by a different config."""
-    try:
-        stored = json.loads(path.read_text()).get("key")
-    except Exception:
-        return
-    if stored is not None and stored != cfg.key():
-        _warn(
-            f"{str(path)!r} exists but holds config {stored}, not {cfg.key()}; --skip-existing keeps it. "
-            "Add {key} to --output to keep runs with different parameters apart."
-        )
 
 
 # ----------------------------------------------------------------------------- printing
@@ -519,118 +535,55 @@ def _warn(msg: str) -> None:
     print(f"warning: {msg}", file=sys.stderr)
 
 
-def _fmt(v: Any, digits: int = 4) -> str:
-    if v is None:
-        return "-"
-    if isinstance(v, float):
-        return "nan" if v != v else f"{v:.{digits}f}"
-    return str(v)
-
-
-_NUMBER = re.compile(r"^[-+]?[\d,]*\.?\d+(e[-+]?\d+)?[a-z%]*$|^-$|^nan$", re.IGNORECASE)
-
-
-def _table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
-    """A plain aligned text table; numeric columns are right-aligned."""
-    widths = [max([len(h)] + [len(r[i]) for r in rows]) for i, h in enumerate(headers)]
-    right = [
-        bool(rows) and all(_NUMBER.match(r[i] or "-") for r in rows) for i in range(len(headers))
-    ]
-
-    def fmt(cells: Sequence[str]) -> str:
-        return "  ".join(
-            c.rjust(w) if rt else c.ljust(w) for c, w, rt in zip(cells, widths, right)
-        ).rstrip()
-
-    return "\n".join([fmt(headers), "  ".join("-" * w for w in widths), *(fmt(r) for r in rows)])
-
-
-def _summary(result: dict[str, Any]) -> str:
-    cfg = result.get("config", {})
-    ds = result.get("dataset", {})
-    n = "all" if cfg.get("n_support") is None else cfg.get("n_support")
-    head = (
-        f"{cfg.get('dataset')} · {cfg.get('method')} · {cfg.get('store')} · N={n}"
-        f"  (support pairs {ds.get('n_support_pairs', '?')} of {ds.get('n_support_available', '?')}; "
-        f"test {ds.get('n_test_images', '?')} images, {ds.get('n_test_texts', '?')} texts)"
-    )
-    lines = [head]
-    metrics = result.get("metrics", {})
-    timings = result.get("timings", {})
-    ks = cfg.get("k_values") or [1, 5, 10]
-    tasks = [t for t in ("t2i", "i2t") if t in result.get("tasks", {})]
-    # Perturbed query sets (t2i[typo], i2t[blur], ...) follow their direction.
-    tasks += sorted(t for t in result.get("tasks", {}) if "[" in t)
-    if tasks:
-        cols = [f"R@{k}" for k in ks] + [f"nDCG@{max(ks)}", f"RR@{max(ks)}"]
-        fid = [m.split("/", 1)[1] for m in metrics if m.startswith(f"{tasks[0]}/ann_recall@")]
-        headers = ["direction", *cols, *fid, "QPS"]
-        rows = []
-        for t in tasks:
-            qps = timings.get(f"{t}_queries_per_s")
-            rows.append(
-                [
-                    t,
-                    *(_fmt(metrics.get(f"{t}/{c}")) for c in cols + fid),
-                    "-" if qps is None else f"{qps:,.0f}",
-                ]
-            )
-        lines += ["", _table(headers, rows)]
-        cb = result.get("clip_benchmark") or {}
-        if cb:
-            parts = []
-            for side in ("image_retrieval", "text_retrieval"):
-                vals = [
-                    _fmt(cb.get(f"{side}_recall@{k}"), 3) for k in ks if f"{side}_recall@{k}" in cb
-                ]
-                if vals:
-                    parts.append(f"{side}_recall@{{{','.join(map(str, ks))}}} = {' / '.join(vals)}")
-            lines.append("CLIP_benchmark (recall@k = HitRate@k): " + "; ".join(parts))
-    if "classification" in result.get("tasks", {}):
-        cm = {k.split("/", 1)[1]: v for k, v in metrics.items() if k.startswith("classification/")}
-        keys = [k for k in ("acc1", "acc5", "mean_per_class_recall") if k in cm]
-        lines += ["", _table(["task", *keys], [["classification", *(_fmt(cm[k]) for k in keys)]])]
-    tparts = [
-        f"{k[:-2]} {timings[k]:.2f}s"
-        for k in ("load_s", "embed_s", "fit_s", "transform_s")
-        if k in timings
-    ]
-    if tparts:
-        lines.append("time: " + "  ".join(tparts))
-    failed = {t: d.get("n_failed") for t, d in result.get("tasks", {}).items() if d.get("n_failed")}
-    if failed:
-        lines.append("FAILED queries: " + ", ".join(f"{t} {n}" for t, n in failed.items()))
-    return "\n".join(lines)
+def _exit_status(results: Sequence[Any], allow_failures: bool) -> int:
+    """1 if a run failed, 3 if one is degraded (0 with --allow-failures), else 0."""
+    states = {r.status.state for r in results}
+    if "failed" in states:
+        return 1
+    if "degraded" in states and not allow_failures:
+        return 3
+    return 0
 
 
 # ----------------------------------------------------------------------------- commands
 
 
+def _run_kw(args: argparse.Namespace, out: Path, template: str) -> dict[str, Any]:
+    return {
+        "output_dir": out,
+        "output_template": template,
+        "skip_existing": args.skip_existing,
+        "progress": not args.no_progress,
+    }
+
+
 def cmd_eval(args: argparse.Namespace) -> int:
     """``eval``: one experiment."""
-    from imsearch_align.experiment import run_experiment
+    from imsearch_align.experiment import ExperimentError, run_experiment
 
     data, _ = _config_dict(args)
     cfg = _make_config(data)
-    _check_names(cfg)
-    out_dir, template = _check_output(args, cfg)
-    path = out_dir / cfg.output_name(template)
-    if args.skip_existing and path.exists():
-        _warn_stale(path, cfg)
+    out, template = _preflight([cfg], args)
     t = time.perf_counter()
-    result = run_experiment(
-        cfg,
-        output_dir=out_dir,
-        output_template=template,
-        skip_existing=args.skip_existing,
-        progress=not args.no_progress,
-    )
-    print(_summary(result))
-    if result.get("skipped"):
-        print(f"skipped: {path} exists (--skip-existing)")
+    try:
+        result = run_experiment(cfg, **_run_kw(args, out, template))
+    except ExperimentError as exc:
+        print(exc.result.summary())
+        print(f"error: {exc}", file=sys.stderr)
+        print(f"result: {exc.result.path} (status failed)", file=sys.stderr)
+        return 1
+    print(result.summary())
+    if result.skipped:
+        print(f"skipped: {result.path} holds this config's clean result (--skip-existing)")
     else:
-        print(f"result: {result.get('path', path)}  ({time.perf_counter() - t:.1f}s)")
-    return 0
+        print(
+            f"result: {result.path}  ({time.perf_counter() - t:.1f}s, status {result.status.state})"
+        )
+    code = _exit_status([result], args.allow_failures)
+    if code == 3:
+        print(f"error: the run is degraded ({'; '.join(result.status.reasons)}); the numbers above do not "
+              "measure every query. Fix the cause and run again, or pass --allow-failures", file=sys.stderr)  # fmt: skip
+    return code
 
 
 def _sweep_params(
@@ -651,81 +604,52 @@ def _sweep_params(
     return {n: {**base_params, **scoped.get(n, {})} for n in names}
 
 
+def _sweep_table(results: Sequence[Any]) -> str:
+    from imsearch_align.leaderboard import results_frame, to_markdown
+
+    df = results_frame(results)
+    ks = sorted(results[0].config.k_values)
+    cand = [f"t2i/HitRate@{k}" for k in ks] + [f"i2t/HitRate@{k}" for k in ks] + [
+        "t2i/nDCG@10", "classification/acc1", "matching/accuracy", "multilabel/mAP",
+        "linear_probe/aligned_acc1", "captioning/bleu4", "t2i.queries_per_s", "fit_s",
+    ]  # fmt: skip
+    cols = ["method", "store", "n_support_pairs", *(c for c in cand if c in df.columns), "status"]
+    if "error" in df.columns and df["error"].notna().any():
+        df = df.assign(error=df["error"].map(lambda e: e if not isinstance(e, str) else _short(e)))
+        cols.append("error")
+    return to_markdown(df, sort=False, columns=cols, bold_best=False)
+
+
+def _short(text: str, width: int = 80) -> str:
+    line = text.splitlines()[0] if text else ""
+    return line if len(line) <= width else line[: width - 1] + "…"
+
+
 def cmd_sweep(args: argparse.Namespace) -> int:
     """``sweep``: the grid n_support x methods x stores."""
-    from imsearch_align.experiment import sweep
-    from imsearch_align.leaderboard import _ordered_frame, flatten_result, to_markdown
+    from imsearch_align.experiment import grid, sweep
 
     data, scoped = _config_dict(args)
     cfg = _make_config(data)
-    _check_names(cfg, args.methods or (), args.stores or ())
-    method_params = _sweep_params(
-        args.methods, dict(cfg.method_params), scoped["method_params"], "method"
-    )
-    store_params = _sweep_params(
-        args.stores, dict(cfg.store_params), scoped["store_params"], "store"
-    )
-    out_dir, template = _check_output(args, cfg)
-    if args.skip_existing:
-        for m in args.methods or [cfg.method]:
-            for s in args.stores or [cfg.store]:
-                for n in args.n_support or [cfg.n_support]:
-                    c = cfg.replace(
-                        method=m,
-                        store=s,
-                        n_support=n,
-                        method_params=(method_params or {}).get(m, cfg.method_params),
-                        store_params=(store_params or {}).get(s, cfg.store_params),
-                    )
-                    p = out_dir / c.output_name(template)
-                    if p.exists():
-                        _warn_stale(p, c)
+    mp = _sweep_params(args.methods, dict(cfg.method_params), scoped["method_params"], "method")
+    sp = _sweep_params(args.stores, dict(cfg.store_params), scoped["store_params"], "store")
+    axes = {"n_values": args.n_support, "methods": args.methods, "stores": args.stores,
+            "method_params": mp, "store_params": sp}  # fmt: skip
+    try:
+        configs = grid(cfg, **axes)
+    except ValueError as exc:
+        raise UsageError(f"config: {exc}") from None
+    out, template = _preflight(configs, args)
     t = time.perf_counter()
-    results = sweep(
-        cfg,
-        n_values=args.n_support,
-        methods=args.methods,
-        stores=args.stores,
-        method_params=method_params,
-        store_params=store_params,
-        output_dir=out_dir,
-        output_template=template,
-        skip_existing=args.skip_existing,
-        progress=not args.no_progress,
-        on_error=args.on_error,
-    )
-    rows = []
-    for r in results:
-        row = flatten_result(r)
-        row["status"] = "error" if "error" in r else ("skipped" if r.get("skipped") else "ok")
-        rows.append(row)
-    df = _ordered_frame(rows)
-    metrics = [
-        m
-        for m in (
-            "t2i/R@1",
-            "t2i/R@10",
-            "i2t/R@1",
-            "i2t/R@10",
-            "t2i/nDCG@10",
-            "classification/acc1",
-            "classification/acc5",
-        )
-        if m in df.columns
-    ]
-    speed = [
-        c for c in ("t2i_queries_per_s", "classification_queries_per_s", "fit_s") if c in df.columns
-    ]
-    cols = ["method", "store", "n_support_pairs", *metrics, *speed, "status"]
-    if "error" in df.columns:
-        cols.append("error")
+    results = sweep(cfg, **axes, **_run_kw(args, out, template), on_error=args.on_error)
     print()
-    print(to_markdown(df, sort=False, columns=cols, bold_best=False), end="")
-    n_err = sum("error" in r for r in results)
+    print(_sweep_table(results), end="")
+    states = [r.status.state for r in results]
     print(
-        f"{len(results)} runs ({n_err} failed) in {time.perf_counter() - t:.1f}s; results in {out_dir}/"
+        f"{len(results)} runs ({states.count('failed')} failed, {states.count('degraded')} degraded, "
+        f"{sum(r.skipped for r in results)} skipped) in {time.perf_counter() - t:.1f}s; results in {out}/"
     )
-    return 1 if n_err else 0
+    return _exit_status(results, args.allow_failures)
 
 
 def cmd_build(args: argparse.Namespace) -> int:
@@ -747,8 +671,6 @@ def cmd_build(args: argparse.Namespace) -> int:
     for w in caught:
         if issubclass(w.category, LeaderboardWarning):
             _warn(str(w.message))
-        else:
-            warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
     if df.empty:
         print(
             f"error: no result JSONs found in {' '.join(args.paths)} ({len(files)} JSON files read)",
@@ -767,15 +689,17 @@ def cmd_build(args: argparse.Namespace) -> int:
         _write_text(Path(args.markdown), md, "--markdown")
         print(f", {args.markdown}", end="")
     print()
+    bad = int((df["status"] != "ok").sum()) if "status" in df.columns else 0
+    if bad:
+        _warn(f"{bad} of {len(df)} results are not ok (see the status column)")
     return 0
 
 
 def _write_text(path: Path, text: str, arg: str) -> None:
+    from imsearch_align.framework.atomic import atomic_write
+
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f".{path.name}.tmp")
-        tmp.write_text(text)
-        os.replace(tmp, path)
+        atomic_write(path, text)
     except OSError as exc:
         raise UsageError(f"{arg} {str(path)!r} cannot be written: {exc.strerror or exc}") from None
 
@@ -784,33 +708,36 @@ def _slug(s: str) -> str:
     return "".join(c if c.isalnum() or c in "-_.@" else "-" for c in s)
 
 
+def _default_plot_metrics(results: Sequence[Any]) -> list[str]:
+    keys = {k for r in results for k in r.metrics}
+    wanted = ("t2i/HitRate@1", "i2t/HitRate@1", "classification/acc1", "matching/accuracy",
+              "multilabel/mAP", "linear_probe/aligned_acc1", "captioning/bleu4")  # fmt: skip
+    return [m for m in wanted if m in keys]
+
+
 def cmd_plot(args: argparse.Namespace) -> int:
     """``plot``: learning curves per dataset and metric, recall vs QPS per dataset."""
-    from imsearch_align.leaderboard import LeaderboardWarning, load_result_dicts
+    from imsearch_align.leaderboard import LeaderboardWarning, load_result_objects
     from imsearch_align.plots import learning_curve, recall_vs_qps
 
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", LeaderboardWarning)
         try:
-            results = [r for r in load_result_dicts(args.paths) if "error" not in r]
+            results = [r for r in load_result_objects(args.paths) if r.task is not None]
         except FileNotFoundError as exc:
             raise UsageError(str(exc)) from None
     for w in caught:
         _warn(str(w.message))
     if not results:
-        print(f"error: no successful results in {' '.join(args.paths)}", file=sys.stderr)
+        print(f"error: no results with measurements in {' '.join(args.paths)}", file=sys.stderr)
         return 1
     out = Path(args.output_dir)
-    by_ds: dict[str, list[dict[str, Any]]] = {}
+    by_ds: dict[str, list[Any]] = {}
     for r in results:
-        by_ds.setdefault(str(r["config"].get("dataset")), []).append(r)
+        by_ds.setdefault(r.config.dataset, []).append(r)
     written = []
     for ds, rs in sorted(by_ds.items()):
-        keys = {k for r in rs for k in r.get("metrics", {})}
-        metrics = args.metric or [
-            m for m in ("t2i/R@1", "i2t/R@1", "classification/acc1") if m in keys
-        ]
-        for m in metrics:
+        for m in args.metric or _default_plot_metrics(rs):
             try:
                 written.append(
                     learning_curve(rs, m, out / f"learning_curve_{_slug(ds)}_{_slug(m)}.png")
@@ -819,14 +746,8 @@ def cmd_plot(args: argparse.Namespace) -> int:
                 if args.metric:
                     raise UsageError(f"--metric: {exc}") from None
         try:
-            written.append(
-                recall_vs_qps(
-                    rs,
-                    out / f"recall_vs_qps_{_slug(ds)}_{args.direction}.png",
-                    metric=args.qps_metric,
-                    direction=args.direction,
-                )
-            )
+            written.append(recall_vs_qps(rs, out / f"recall_vs_qps_{_slug(ds)}_{args.direction}.png",
+                                         metric=args.qps_metric, direction=args.direction))  # fmt: skip
         except ValueError as exc:
             if args.qps_metric:
                 raise UsageError(f"--qps-metric: {exc}") from None
@@ -836,17 +757,12 @@ def cmd_plot(args: argparse.Namespace) -> int:
     return 0 if written else 1
 
 
-def _provider(name: str, params: dict[str, Any], modality: str) -> Any:
-    from imsearch_align.experiment import make_encoder
-
-    return make_encoder(name, modality, params)
-
-
 def cmd_embed(args: argparse.Namespace) -> int:
     """``embed``: precompute a dataset's embeddings into the cache, split by
     split as ``eval`` reads them."""
     from imsearch_align.datasets.base import SUPPORT_SPLIT, TEST_SPLIT
     from imsearch_align.embedding import embed
+    from imsearch_align.experiment import make_encoder
     from imsearch_align.framework.registry import DATASETS, ENCODERS
 
     loader = DATASETS.get(args.dataset)
@@ -862,43 +778,27 @@ def cmd_embed(args: argparse.Namespace) -> int:
     ds = loaded[0] if isinstance(loaded, tuple) else loaded
     cache = Path(args.cache_dir)
     before = {p for p in cache.rglob("*") if p.is_file()} if cache.exists() else set()
-    params = {
-        "image": dict(args.image_encoder_param or ()),
-        "text": dict(args.text_encoder_param or ()),
-    }
-    rows = []
-    t0 = time.perf_counter()
+    rows, t0 = [], time.perf_counter()
     for modality, enc in wanted.items():
         if enc is None:
             continue
-        provider = _provider(enc, params[modality], modality)
+        provider = make_encoder(
+            enc, modality, dict(getattr(args, f"{modality}_encoder_param") or ())
+        )
         for split in (SUPPORT_SPLIT, TEST_SPLIT):
             ids = ds.split_ids(split, modality)
             if len(ids) == 0:
                 continue
             t = time.perf_counter()
-            arr = embed(
-                ds,
-                provider,
-                modality,
-                ids=ids,
-                cache_dir=cache,
-                batch_size=args.batch_size,
-                progress=not args.no_progress,
-            )
-            rows.append(
-                [
-                    modality,
-                    enc,
-                    split,
-                    f"{arr.shape[0]} x {arr.shape[1]}",
-                    str(arr.dtype),
-                    f"{time.perf_counter() - t:.2f}s",
-                ]
-            )
-    print(_table(["modality", "encoder", "split", "shape", "dtype", "time"], rows))
+            arr = embed(ds, provider, modality, ids=ids, cache_dir=cache, batch_size=args.batch_size,
+                        progress=not args.no_progress)  # fmt: skip
+            rows.append([modality, enc, split, f"{arr.shape[0]} x {arr.shape[1]}", str(arr.dtype),
+                         f"{time.perf_counter() - t:.2f}s"])  # fmt: skip
+    from imsearch_align.experiment.report import text_table
+
+    print(text_table(["modality", "encoder", "split", "shape", "dtype", "time"], rows))
     new = sorted(p for p in cache.rglob("*") if p.is_file() and p not in before)
-    print(f"cache: {cache.resolve()}  ({len(new)} new files, {time.perf_counter() - t0:.1f}s)")
+    print(f"cache: {cache}  ({len(new)} new files, {time.perf_counter() - t0:.1f}s)")
     for p in new:
         print(f"  {p}")
     return 0
@@ -906,85 +806,73 @@ def cmd_embed(args: argparse.Namespace) -> int:
 
 # -- list
 
-_LIST_KINDS = ("datasets", "encoders", "methods", "stores", "metrics", "perturbations")
-
-#: Metric families: our name, trec_eval (pytrec_eval) name, CLIP_benchmark name, meaning.
-METRIC_FAMILIES = (
-    ("P@k", "P_k", "-", "relevant in the top k / k"),
-    ("R@k", "recall_k", "-", "relevant in the top k / all relevant"),
-    ("nDCG@k", "ndcg_cut_k", "-", "DCG@k / ideal DCG@k (gain = relevance, log2 discount)"),
-    ("AP@k", "map_cut_k", "-", "sum of P@i at relevant ranks i <= k / all relevant"),
-    ("RR@k", "recip_rank (no cutoff)", "-", "1 / rank of the first relevant in the top k"),
-    (
-        "HitRate@k",
-        "success_k",
-        "image_retrieval_recall@k (t2i), text_retrieval_recall@k (i2t)",
-        "1 if any relevant in the top k",
-    ),
-    ("Accuracy", "success_1", "acc1", "HitRate@1 (classification: top-1 class correct)"),
-    ("acc5", "success_5", "acc5", "classification: true class in the top 5"),
-    ("mean_per_class_recall", "-", "mean_per_class_recall", "balanced accuracy over classes"),
-    (
-        "ann_recall@k",
-        "-",
-        "-",
-        "store's top k vs exact search's top k (ANN fidelity, --ann-fidelity)",
-    ),
-)
-
-
-def _registry_names(kind: str) -> tuple[list[str], str | None]:
-    from imsearch_align.framework import registry
-
-    reg = getattr(registry, kind.upper())
-    try:
-        return reg.names(), None
-    except Exception as exc:  # a plug-in module that fails to import
-        return sorted(getattr(reg, "_entries", {})), f"{type(exc).__name__}: {exc}"
+_LIST_KINDS = ("datasets", "encoders", "methods", "stores", "tasks", "metrics", "perturbations")
 
 
 def _doc_line(obj: Any) -> str:
-    doc = (getattr(obj, "__doc__", None) or "").strip().splitlines()
+    doc = (obj.__doc__ or "").strip().splitlines() if obj is not None else []
     return doc[0].strip() if doc else ""
 
 
-def cmd_list(args: argparse.Namespace) -> int:
-    """``list``: what each registry holds."""
+def _list_metrics() -> None:
+    from imsearch_align.experiment.report import text_table
+    from imsearch_align.framework.measures import list_rows
+
+    print("metrics (reported per ranking: t2i/…, i2t/…, classification/…; k from --k):")
+    print(
+        text_table(
+            ["name", "trec_eval", "CLIP_benchmark", "meaning"], [list(r) for r in list_rows()]
+        )
+    )
+
+
+def _list_registry(kind: str) -> None:
     from imsearch_align.framework import registry
 
-    kinds = [args.kind] if args.kind else list(_LIST_KINDS)
-    for i, kind in enumerate(kinds):
+    reg = getattr(registry, kind.upper())
+    names = reg.names()
+    print(f"{kind}:")
+    width = max((len(n) for n in names), default=0)
+    for n in names:
+        origin = reg.origin(n)
+        where = "" if origin == "built-in" else f"  [{origin}]"
+        print(f"  {n.ljust(width)}  {_doc_line(reg.get(n))}{where}".rstrip())
+    if not names:
+        print("  (none registered)")
+    for mod, err in reg.failures().items():
+        print(f"  (plug-in {mod} could not be loaded: {err})")
+
+
+def _describe_dataset(name: str) -> None:
+    from imsearch_align.datasets import describe
+    from imsearch_align.experiment.report import text_table
+    from imsearch_align.framework.registry import DATASETS
+
+    params = describe(name)
+    print(f"dataset {name!r}: {_doc_line(DATASETS.get(name))}")
+    rows = [[p.name, p.type, p.default, p.meaning] for p in params]
+    print(text_table(["parameter", "type", "default", "meaning"], rows))
+    print(f"\nuse: imsearch-align eval --dataset {name} --dataset-param KEY=VALUE ...")
+
+
+def cmd_list(args: argparse.Namespace) -> int:
+    """``list``: what each registry holds (``list datasets NAME``: a loader's parameters)."""
+    if args.name is not None:
+        if args.kind != "datasets":
+            raise UsageError("list: a NAME is only taken after 'datasets' (list datasets coco)")
+        _describe_dataset(args.name)
+        return 0
+    for i, kind in enumerate([args.kind] if args.kind else list(_LIST_KINDS)):
         if i:
             print()
         if kind == "metrics":
-            print("metrics (reported per direction: t2i/…, i2t/…, classification/…; k from --k):")
-            print(
-                _table(
-                    ["name", "trec_eval", "CLIP_benchmark", "meaning"],
-                    [list(r) for r in METRIC_FAMILIES],
-                )
-            )
-            continue
-        names, err = _registry_names(kind)
-        print(f"{kind}:")
-        reg = getattr(registry, kind.upper())
-        width = max((len(n) for n in names), default=0)
-        for n in names:
-            print(f"  {n.ljust(width)}  {_doc_line(reg._entries.get(n))}".rstrip())
-        if not names:
-            print("  (none registered)")
-        if err:
-            print(f"  (some {kind} could not be loaded: {err})")
+            _list_metrics()
+        else:
+            _list_registry(kind)
     return 0
 
 
 # -- doctor
-
-
-def _versions() -> dict[str, str]:
-    from imsearch_align.experiment import package_versions
-
-    return package_versions()
 
 
 def _gflops(fn: Any, n: int, flops: float | None = None, repeats: int = 3) -> float:
@@ -1047,57 +935,58 @@ def _check_milvus(uri: str, token: str | None) -> tuple[bool, str]:
     return True, f"server {version}, {n} collections, {1000 * (time.perf_counter() - t):.0f} ms"
 
 
-def cmd_doctor(args: argparse.Namespace) -> int:
-    """``doctor``: versions, BLAS and threads, GEMM speed, GPU, Milvus reachability."""
+def _print_environment() -> None:
     import platform
 
-    problems = 0  # only an unreachable --uri fails the command; slow BLAS is a warning
+    from imsearch_align.experiment.provenance import blas_info, package_versions
+
     print(f"python      {platform.python_version()}  ({platform.platform()})")
     print(
         f"cpu         {platform.processor() or platform.machine()}, {os.cpu_count()} logical cores"
     )
     print("packages:")
-    for pkg, ver in _versions().items():
+    for pkg, ver in package_versions(
+        ("pymilvus", "milvus-lite", "lancedb", "qdrant-client")
+    ).items():
         print(f"  {pkg:<22}{ver}")
     # Import the BLAS users first, so threadpoolctl sees their libraries.
-    import numpy  # noqa: F401
-
-    for mod in ("faiss", "torch"):
+    for mod in ("numpy", "faiss", "torch"):
         try:
             __import__(mod)
         except Exception:
             pass
     print("BLAS / OpenMP (threadpoolctl):")
-    try:
-        from threadpoolctl import threadpool_info
-
-        for d in threadpool_info():
-            print(
-                f"  {d.get('internal_api', '?'):<9} {d.get('version') or ''!s:<14} "
-                f"core={d.get('architecture') or '-'!s:<12} threads={d.get('num_threads')}  "
-                f"{Path(d.get('filepath', '')).name}"
-            )
-    except ImportError:
-        print("  threadpoolctl is not installed")
+    libs = blas_info()
+    for d in libs:
+        print(
+            f"  {d.get('internal_api') or '?':<9} {d.get('version') or ''!s:<14} "
+            f"core={d.get('architecture') or '-'!s:<12} threads={d.get('num_threads')}"
+        )
+    if not libs:
+        print("  (threadpoolctl is not installed or sees no library)")
     for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_CORETYPE"):
         if os.environ.get(var):
             print(f"  {var}={os.environ[var]}")
-    if not args.no_gemm:
-        n = args.gemm_size
-        print(f"GEMM float32 {n}x{n} (GFLOP/s, best of 3):")
-        probes = gemm_probes(n)
-        for lib, v in probes.items():
-            print(
-                f"  {lib:<7}"
-                + (f"{v:8.1f} GFLOP/s" if isinstance(v, float) else f"  unavailable ({v})")
-            )
-        npv, fv = probes.get("numpy"), probes.get("faiss")
-        if isinstance(npv, float) and isinstance(fv, float) and fv < 0.3 * npv:
-            _warn(
-                f"faiss's BLAS runs at {fv:.1f} GFLOP/s, {npv / fv:.1f}x below numpy's {npv:.1f}: flat search "
-                "and IVF training are BLAS-bound, so faiss timings here understate it. faiss-cpu bundles its "
-                "own OpenBLAS, which may pick a slow kernel for this CPU (see the BLAS lines above)."
-            )
+
+
+def _print_gemm(n: int) -> None:
+    print(f"GEMM float32 {n}x{n} (GFLOP/s, best of 3):")
+    probes = gemm_probes(n)
+    for lib, v in probes.items():
+        print(
+            f"  {lib:<7}"
+            + (f"{v:8.1f} GFLOP/s" if isinstance(v, float) else f"  unavailable ({v})")
+        )
+    npv, fv = probes.get("numpy"), probes.get("faiss")
+    if isinstance(npv, float) and isinstance(fv, float) and fv < 0.3 * npv:
+        _warn(
+            f"faiss's BLAS runs at {fv:.1f} GFLOP/s, {npv / fv:.1f}x below numpy's {npv:.1f}: flat search "
+            "and IVF training are BLAS-bound, so faiss timings here understate it. faiss-cpu bundles its "
+            "own OpenBLAS, which may pick a slow kernel for this CPU (see the BLAS lines above)."
+        )
+
+
+def _print_gpu() -> None:
     print("GPU:")
     try:
         import torch
@@ -1116,11 +1005,22 @@ def cmd_doctor(args: argparse.Namespace) -> int:
         print(f"  faiss       {ng} GPU(s)")
     except ImportError:
         print("  faiss       not installed")
+
+
+def cmd_doctor(args: argparse.Namespace) -> int:
+    """``doctor``: versions, BLAS and threads, GEMM speed, GPU, Milvus reachability.
+
+    Only an unreachable ``--uri`` fails the command; a slow BLAS is a warning.
+    """
+    _print_environment()
+    if not args.no_gemm:
+        _print_gemm(args.gemm_size)
+    _print_gpu()
     if args.uri:
         ok, msg = _check_milvus(args.uri, args.token)
         print(f"milvus {args.uri}: {'ok' if ok else 'error'}: {msg}")
-        problems += not ok
-    return 1 if problems else 0
+        return 0 if ok else 1
+    return 0
 
 
 # ----------------------------------------------------------------------------- main
@@ -1135,8 +1035,19 @@ def _given_flags(argv: Sequence[str]) -> set[str]:
     return out
 
 
+def _load_plugins(modules: Sequence[str] | None) -> None:
+    if not modules:
+        return
+    from imsearch_align.framework.registry import PluginError, load_plugins
+
+    try:
+        load_plugins(list(modules))
+    except PluginError as exc:
+        raise UsageError(f"--plugin: {exc}") from None
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run the command line; return the exit status (0 ok, 1 failure, 2 usage)."""
+    """Run the command line; return the exit status (see the module docstring)."""
     argv = list(sys.argv[1:] if argv is None else argv)
     parser = build_parser()
     try:
@@ -1152,18 +1063,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         else logging.DEBUG
     )
     logging.basicConfig(level=level, format="%(levelname)s %(name)s: %(message)s")
+    from imsearch_align.experiment import ConfigError
+    from imsearch_align.experiment.tasks import TaskUnsupportedError
     from imsearch_align.framework.registry import UnknownNameError
 
     try:
+        _load_plugins(args.plugin)
         return int(args.func(args))
-    except UnknownNameError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-    except UsageError as exc:
+    except (UnknownNameError, UsageError, ConfigError, TaskUnsupportedError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
-        print("interrupted", file=sys.stderr)
+        print("interrupted: finished search batches are checkpointed; run the same command to resume",
+              file=sys.stderr)  # fmt: skip
         return 130
     except Exception as exc:
         if args.traceback:

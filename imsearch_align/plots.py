@@ -19,7 +19,10 @@ import os
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from imsearch_align.experiment.result import ExperimentResult
 
 __all__ = ["learning_curve", "metric_label", "recall_vs_qps"]
 
@@ -33,65 +36,66 @@ BASELINE_METHODS = ("identity",)
 
 
 def metric_label(metric: str) -> str:
-    """Readable axis label: ``t2i/R@1`` -> ``text→image R@1``."""
+    """Readable axis label: ``t2i/HitRate@1`` -> ``text→image HitRate@1``,
+    ``t2i/R@10`` -> ``text→image IR R@10``."""
     if "/" in metric:
         d, m = metric.split("/", 1)
+        m = "IR " + m if m.startswith("R@") else m
         return f"{_DIRECTION_NAMES.get(d, d)} {m}"
     return metric
 
 
-def _as_results(results: Any) -> list[dict[str, Any]]:
-    """Result dicts from dicts, a DataFrame-free list, or file/dir paths."""
+def _as_results(results: Any) -> list[ExperimentResult]:
+    """Typed results from results, or from result file / folder paths (non-ok dropped)."""
+    from imsearch_align.experiment.result import ExperimentResult
+
     if isinstance(results, str | os.PathLike):
         results = [results]
     items = list(results)
     if items and all(isinstance(r, str | os.PathLike) for r in items):
-        from imsearch_align.leaderboard import load_result_dicts
+        from imsearch_align.leaderboard import load_result_objects
 
-        return load_result_dicts(items)
-    bad = [type(r).__name__ for r in items if not isinstance(r, Mapping)]
+        items = load_result_objects(items)
+    bad = [type(r).__name__ for r in items if not isinstance(r, ExperimentResult)]
     if bad:
-        raise TypeError(f"results must be result dicts or paths to result files, got {bad[0]}")
-    return [dict(r) for r in items]
+        raise TypeError(
+            f"results must be ExperimentResult objects or paths to result files, got {bad[0]}"
+        )
+    return [r for r in items if r.task is not None and r.status.state != "failed"]
 
 
-def _value(r: Mapping[str, Any], key: str) -> float | None:
-    v = (r.get("metrics") or {}).get(key)
+def _value(r: ExperimentResult, key: str) -> float | None:
+    v = r.metrics.get(key)
     if v is None:
-        v = (r.get("clip_benchmark") or {}).get(key)
-    try:
-        f = float(v)
-    except (TypeError, ValueError):
+        v = r.clip_benchmark().get(key)
+    if v is None or math.isnan(float(v)):
         return None
-    return None if math.isnan(f) else f
+    return float(v)
 
 
-def _interval(r: Mapping[str, Any], metric: str) -> tuple[float, float] | None:
+def _interval(r: ExperimentResult, metric: str) -> tuple[float, float] | None:
     if "/" not in metric:
         return None
     d, m = metric.split("/", 1)
-    iv = ((r.get("tasks") or {}).get(d) or {}).get("intervals", {}).get(m)
-    if (
-        isinstance(iv, list | tuple)
-        and len(iv) == 2
-        and all(isinstance(x, int | float) for x in iv)
-    ):
-        return float(iv[0]), float(iv[1])
-    return None
+    ranking = r.rankings.get(d)
+    return None if ranking is None else ranking.intervals.get(m)
 
 
-def _n_support(r: Mapping[str, Any]) -> float | None:
-    n = (r.get("dataset") or {}).get("n_support_pairs")
-    if n is None:
-        n = (r.get("config") or {}).get("n_support")
+def _qps(r: ExperimentResult, direction: str) -> float | None:
+    ranking = r.rankings.get(direction)
+    return None if ranking is None else ranking.timings.queries_per_s
+
+
+def _n_support(r: ExperimentResult) -> float | None:
+    n = r.dataset.n_support_pairs if r.dataset is not None else r.config.n_support
     return None if n is None else float(n)
 
 
-def _cfg(r: Mapping[str, Any], key: str) -> Any:
-    return (r.get("config") or {}).get(key)
+def _cfg(r: ExperimentResult, key: str) -> Any:
+    return getattr(r.config, key)
 
 
-def _encoders(r: Mapping[str, Any]) -> str:
+def _encoders(r: ExperimentResult) -> str:
     img, txt = _cfg(r, "image_encoder"), _cfg(r, "text_encoder")
     if img is None and txt is None:
         return "precomputed"
@@ -100,14 +104,16 @@ def _encoders(r: Mapping[str, Any]) -> str:
 
 def _params_text(params: Mapping[str, Any] | None) -> str:
     return ", ".join(
-        f"{k}={v}" for k, v in sorted((params or {}).items()) if k not in ("uri", "token")
+        f"{k}={v}"
+        for k, v in sorted((params or {}).items())
+        if k not in ("uri", "token", "url", "api_key")
     )
 
 
-def _available(results: Sequence[Mapping[str, Any]]) -> list[str]:
+def _available(results: Sequence[ExperimentResult]) -> list[str]:
     keys: dict[str, None] = {}
     for r in results:
-        keys.update(dict.fromkeys(r.get("metrics") or {}))
+        keys.update(dict.fromkeys(r.metrics))
     return list(keys)
 
 
@@ -138,8 +144,8 @@ def _save(fig: Any, out_path: str | os.PathLike) -> Path:
 
 
 def learning_curve(
-    results: Iterable[Mapping[str, Any]] | Iterable[str | os.PathLike] | str | os.PathLike,
-    metric: str = "t2i/R@1",
+    results: Iterable[ExperimentResult] | Iterable[str | os.PathLike] | str | os.PathLike,
+    metric: str = "t2i/HitRate@1",
     out_path: str | os.PathLike = "learning_curve.png",
     *,
     title: str | None = None,
@@ -149,21 +155,21 @@ def learning_curve(
     One line per method; the label adds the store, dataset and encoder pair
     when the results hold more than one of them. Several results at the same
     (line, N), e.g. seeds, are averaged. The 95% interval of each point
-    (``result["tasks"][direction]["intervals"][measure]``) is drawn as a band
+    (the ranking's bootstrap interval of the measure) is drawn as a band
     where the results have it. Methods in :data:`BASELINE_METHODS`
     (``identity``: a jointly trained model such as CLIP needs no support
     pairs) are drawn as horizontal dashed lines at their mean value.
 
     Args:
-        results: result dicts, or paths of result files / directories.
-        metric: a flat metric key such as ``t2i/R@1`` or ``classification/acc1``.
+        results: results, or paths of result files / directories.
+        metric: a flat metric key such as ``t2i/HitRate@1`` or ``classification/acc1``.
         out_path: the PNG to write (folders are created).
         title: the figure title; default names the metric and dataset.
 
     Returns:
         The path written.
     """
-    rs = [r for r in _as_results(results) if "error" not in r]
+    rs = _as_results(results)
     if not rs:
         raise ValueError("learning_curve needs at least one successful result, got none")
     with_metric = [r for r in rs if _value(r, metric) is not None]
@@ -181,7 +187,7 @@ def learning_curve(
     # its label names only what differs between the lines.
     varying = [name for name, f in parts.items() if len({f(r) for r in with_metric}) > 1]
 
-    def label(r: Mapping[str, Any]) -> str:
+    def label(r: ExperimentResult) -> str:
         bits = [str(_cfg(r, "method"))]
         for name in varying:
             text = parts[name](r)
@@ -191,8 +197,8 @@ def learning_curve(
                 bits.append(text)
         return " · ".join(bits)
 
-    points: dict[str, dict[float, list[Mapping[str, Any]]]] = defaultdict(lambda: defaultdict(list))
-    baselines: dict[str, list[Mapping[str, Any]]] = defaultdict(list)
+    points: dict[str, dict[float, list[ExperimentResult]]] = defaultdict(lambda: defaultdict(list))
+    baselines: dict[str, list[ExperimentResult]] = defaultdict(list)
     for r in with_metric:
         if _cfg(r, "method") in BASELINE_METHODS:
             baselines[label(r)].append(r)
@@ -257,7 +263,7 @@ def learning_curve(
 
 
 def recall_vs_qps(
-    results: Iterable[Mapping[str, Any]] | Iterable[str | os.PathLike] | str | os.PathLike,
+    results: Iterable[ExperimentResult] | Iterable[str | os.PathLike] | str | os.PathLike,
     out_path: str | os.PathLike = "recall_vs_qps.png",
     *,
     metric: str | None = None,
@@ -266,29 +272,29 @@ def recall_vs_qps(
 ) -> Path:
     """Quality against throughput for stores and index parameters; save a PNG.
 
-    x = ``timings[f"{direction}_queries_per_s"]`` (log scale); y = ``metric``,
-    by default the ANN fidelity ``{direction}/ann_recall@k`` when the results
+    x = the ranking's queries per second (log scale); y = ``metric``, by
+    default the ANN fidelity ``{direction}/ann_recall@k`` when the results
     have it (recall of the store's top-k against exact search), else
-    ``{direction}/R@10`` (or the deepest ``R@k`` present). Points of one
+    ``{direction}/HitRate@10`` (or the deepest ``HitRate@k`` present). Points of one
     (store, method) are joined in QPS order, and every point is labelled with
     its store parameters (``index=hnsw, ef_search=64``).
 
     Args:
-        results: result dicts, or paths of result files / directories.
+        results: results, or paths of result files / directories.
         out_path: the PNG to write (folders are created).
-        metric: the y metric (a flat key such as ``t2i/R@10``).
+        metric: the y metric (a flat key such as ``t2i/HitRate@10``).
         direction: ``t2i``, ``i2t`` or ``classification``: whose QPS.
         title: the figure title.
 
     Returns:
         The path written.
     """
-    rs = [r for r in _as_results(results) if "error" not in r]
-    qps_key = f"{direction}_queries_per_s"
-    timed = [r for r in rs if isinstance((r.get("timings") or {}).get(qps_key), int | float)]
+    rs = _as_results(results)
+    timed = [r for r in rs if _qps(r, direction) is not None]
     if not timed:
         raise ValueError(
-            f"recall_vs_qps needs results with timings[{qps_key!r}], got none of {len(rs)}"
+            f"recall_vs_qps needs results with a timed {direction!r} ranking (queries/s), "
+            f"got none of {len(rs)}"
         )
     if metric is None:
         metric = _default_quality(timed, direction)
@@ -298,7 +304,7 @@ def recall_vs_qps(
 
     # One curve per (store, index type, method, N, dataset): the points of a
     # curve differ only in the other store parameters (efSearch, nprobe...).
-    def curve(r: Mapping[str, Any]) -> tuple[str, ...]:
+    def curve(r: ExperimentResult) -> tuple[str, ...]:
         sp = _cfg(r, "store_params") or {}
         return (
             str(_cfg(r, "store")),
@@ -308,7 +314,7 @@ def recall_vs_qps(
             str(_cfg(r, "dataset")),
         )
 
-    groups: dict[tuple[str, ...], list[Mapping[str, Any]]] = defaultdict(list)
+    groups: dict[tuple[str, ...], list[ExperimentResult]] = defaultdict(list)
     for r in pts:
         groups[curve(r)].append(r)
     # Colour = store and index type, marker = method: two small legends
@@ -319,8 +325,8 @@ def recall_vs_qps(
     markers = ("o", "s", "^", "D", "v", "P", "X", "*")
     fig, ax = _new_figure((8, 5))
     for g, rlist in sorted(groups.items()):
-        rlist = sorted(rlist, key=lambda r: r["timings"][qps_key])
-        xs = [float(r["timings"][qps_key]) for r in rlist]
+        rlist = sorted(rlist, key=lambda r: _qps(r, direction))
+        xs = [float(_qps(r, direction)) for r in rlist]
         ys = [_value(r, metric) for r in rlist]
         color = colors[kinds.index(" ".join(x for x in (g[0], g[1]) if x)) % len(colors)]
         ax.plot(
@@ -370,14 +376,14 @@ def recall_vs_qps(
     return _save(fig, out_path)
 
 
-def _default_quality(results: Sequence[Mapping[str, Any]], direction: str) -> str:
+def _default_quality(results: Sequence[ExperimentResult], direction: str) -> str:
     avail = _available(results)
     fid = [m for m in avail if m.startswith(f"{direction}/ann_recall@")]
     if fid:
         return fid[0]
-    if f"{direction}/R@10" in avail:
-        return f"{direction}/R@10"
-    recalls = [m for m in avail if m.startswith(f"{direction}/R@")]
+    if f"{direction}/HitRate@10" in avail:
+        return f"{direction}/HitRate@10"
+    recalls = [m for m in avail if m.startswith(f"{direction}/HitRate@")]
     if recalls:
         return max(recalls, key=lambda m: int(m.rsplit("@", 1)[1]))
     if avail:

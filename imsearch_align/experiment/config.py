@@ -20,7 +20,6 @@ import dataclasses
 import difflib
 import hashlib
 import json
-import math
 import numbers
 import os
 import string
@@ -91,7 +90,7 @@ def digest_value(value: Any) -> dict[str, Any] | None:
     if _is_hf_dataset(value):
         return {"type": "datasets." + type(value).__name__, **_hf_digest(value)}
     if isinstance(value, list | tuple) and len(value) > MAX_INLINE_LIST:
-        blob = json.dumps(_plain(list(value)), default=str, sort_keys=True).encode()
+        blob = json.dumps([_plain(v) for v in value], default=str, sort_keys=True).encode()
         return {"type": "list", "len": len(value), "digest": _sha([blob])}
     return None
 
@@ -136,6 +135,13 @@ def _plain(value: Any) -> Any:
         f"cannot record a {type(value).__name__} in a config: pass a path, a number, a string, "
         "a list, a mapping, a numpy array or a DataFrame"
     )
+
+
+SECRET_WORDS = ("token", "password", "secret", "api_key", "apikey")
+
+
+def _is_secret(key: str) -> bool:
+    return any(w in key.lower() for w in SECRET_WORDS)
 
 
 # ----------------------------------------------------------------------------- field checks
@@ -395,8 +401,13 @@ class ExperimentConfig:
         return cls.from_dict(data or {})
 
     def to_dict(self) -> dict[str, Any]:
-        """A JSON-ready mapping; values JSON cannot hold are recorded by digest."""
-        return {f.name: _plain(getattr(self, f.name)) for f in dataclasses.fields(self)}
+        """A JSON-ready mapping; values JSON cannot hold are recorded by digest,
+        secrets (``token``, ``password``, ``api_key``...) as ``"***"``."""
+        out = {f.name: _plain(getattr(self, f.name)) for f in dataclasses.fields(self)}
+        for name, value in out.items():
+            if name.endswith("_params") and isinstance(value, dict):
+                out[name] = {k: "***" if _is_secret(k) else v for k, v in value.items()}
+        return out
 
     def replace(self, **changes: Any) -> ExperimentConfig:
         """A copy with some fields changed (validated again)."""
@@ -487,12 +498,3 @@ def check_template(template: Any) -> str:
             f"output template {template!r} must be a relative path inside the output folder"
         )
     return template
-
-
-def finite_or_none(x: Any) -> float | None:
-    """A float, or None for NaN/missing (for JSON-friendly speed fields)."""
-    try:
-        f = float(x)
-    except (TypeError, ValueError):
-        return None
-    return None if math.isnan(f) else f

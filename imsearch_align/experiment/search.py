@@ -172,7 +172,12 @@ def index_and_evaluate(
             res = _evaluate(ev, q, qrels, query_ids)
             fid = None
             if cfg.ann_fidelity and label == name and searcher is None:
-                fid = _fidelity(store, collection, docs, doc_ids, q, k)
+                rep = _fidelity(store, collection, docs, doc_ids, q, k, cfg.batch_size)
+                fid = rep.metrics()
+                if not rep.ok:
+                    ctx.note(
+                        f"{label}: the store's results fail the truth check ({rep.first_problem})"
+                    )
             out[label] = ranking_result(
                 label, res, n_docs=docs.shape[0], index_build_s=build_s, fidelity=fid
             )

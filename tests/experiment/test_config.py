@@ -1,0 +1,116 @@
+"""ExperimentConfig: every field typed and checked, digests for in-memory inputs, templates."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from imsearch_align.experiment import ConfigError, ExperimentConfig, check_template
+
+
+@pytest.mark.parametrize(
+    "field, value, needle",
+    [
+        ("k_values", "15", "'k_values' must be a list of int"),
+        ("k_values", [1, "5"], "'k_values' must be a list of int"),
+        ("k_values", True, "'k_values'"),
+        ("ann_fidelity", "no", "'ann_fidelity' must be bool, got str 'no'"),
+        ("diagnostics", "false", "'diagnostics' must be bool, got str 'false'"),
+        ("diagnostics", 1, "'diagnostics' must be bool, got int 1"),
+        ("cache_dir", False, "'cache_dir' must be str or null, got bool False"),
+        ("seed", 1.5, "'seed' must be int, got float 1.5"),
+        ("seed", True, "'seed' must be int, got bool True"),
+        ("n_support", "100", "'n_support' must be int or null"),
+        ("method_params", ["dim", 8], "'method_params' must be a mapping"),
+        ("directions", ["t2i", "x2y"], "'directions' must be one of ['t2i', 'i2t'], got 'x2y'"),
+        ("ensemble", "maen", "did you mean 'mean'"),
+        ("batch_size", 0, "batch_size must be"),
+        ("workers", -2, "workers must be"),
+        ("k_values", [], "at least one cutoff"),
+        ("perturbation_params", {"typo": {"rate": 0.2}}, "not in perturbations"),
+    ],
+)
+def test_a_wrong_type_or_value_names_the_field(field, value, needle):
+    with pytest.raises(ConfigError) as err:
+        ExperimentConfig(**{field: value})
+    assert needle in str(err.value)
+    with pytest.raises(ConfigError):  # the same from a mapping (a YAML/JSON file)
+        ExperimentConfig.from_dict({field: value})
+
+
+def test_a_lone_value_is_accepted_where_a_list_is_meant():
+    cfg = ExperimentConfig.from_dict({"k_values": 10, "directions": "t2i"})
+    assert cfg.k_values == (10,) and cfg.directions == ("t2i",)
+    # Lists are normalised: sorted unique cutoffs, numpy ints accepted.
+    assert ExperimentConfig(k_values=np.array([10, 1, 5, 1])).k_values == (1, 5, 10)
+
+
+def test_yaml_file_values_are_checked_like_python(tmp_path):
+    p = tmp_path / "cfg.yaml"
+    p.write_text("k_values: '15'\n")
+    with pytest.raises(ConfigError, match="'k_values'"):
+        ExperimentConfig.from_file(p)
+    p.write_text("ann_fidelity: no\nk_values: 10\n")  # YAML's `no` is a real boolean
+    assert ExperimentConfig.from_file(p).ann_fidelity is False
+    p.write_text("methd: csa\n")
+    with pytest.raises(ConfigError, match="did you mean 'method'"):
+        ExperimentConfig.from_file(p)
+
+
+def test_round_trip_and_key():
+    cfg = ExperimentConfig(method="asif", method_params={"non_zeros": 8}, k_values=(1, 10))
+    again = ExperimentConfig.from_dict(cfg.to_dict())
+    assert again == cfg and again.key() == cfg.key()
+    assert cfg.replace(seed=1).key() != cfg.key()
+
+
+def test_in_memory_inputs_are_recorded_by_content_digest():
+    a = pd.DataFrame({"caption": ["a red circle", "a blue square"], "image": ["x.png", "y.png"]})
+    b = a.assign(caption=["a red circle", "a green square"])
+    ca = ExperimentConfig(dataset="hf", dataset_params={"data": a})
+    cb = ExperimentConfig(dataset="hf", dataset_params={"data": b})
+    rec = ca.to_dict()["dataset_params"]["data"]
+    assert rec["type"] == "DataFrame" and rec["shape"] == [2, 2] and rec["digest"].startswith("sha256:")
+    # Same shape, different content: different keys (repr-based keys collided).
+    assert ca.key() != cb.key()
+    assert ExperimentConfig(dataset="hf", dataset_params={"data": a.copy()}).key() == ca.key()
+    # A long list (a caption-to-image map) is a digest, not 158,915 inline numbers.
+    big = ExperimentConfig(dataset="precomputed", dataset_params={"text_image": list(range(5000))})
+    assert len(str(big.to_dict()["dataset_params"])) < 200
+    arr = ExperimentConfig(dataset="precomputed", dataset_params={"text_image": np.arange(5000)})
+    assert arr.to_dict()["dataset_params"]["text_image"]["type"] == "ndarray"
+
+
+def test_secrets_never_reach_the_record():
+    cfg = ExperimentConfig(store="milvus", store_params={"uri": "http://127.0.0.1:1", "token": "root:Milvus"})
+    d = cfg.to_dict()
+    assert d["store_params"] == {"uri": "http://127.0.0.1:1", "token": "***"}
+    assert "root:Milvus" not in str(d)
+
+
+@pytest.mark.parametrize(
+    "template, needle",
+    [
+        ("{}.json", "positional field"),
+        ("{0}.json", "positional field"),
+        ("{dataset.__class__}.json", "unknown field {dataset.__class__}"),
+        ("{dataset[0]}.json", "unknown field"),
+        ("{datset}.json", "did you mean {dataset}"),
+        ("{dataset}_{method}", "must end in '.json'"),
+        ("{dataset!r}.json", "no conversion"),
+        ("/abs/{dataset}.json", "relative path"),
+        ("../{dataset}.json", "relative path"),
+        ("{dataset", "malformed"),
+    ],
+)
+def test_bad_output_templates_are_rejected_before_work(template, needle):
+    with pytest.raises(ConfigError, match=None) as err:
+        check_template(template)
+    assert needle in str(err.value)
+
+
+def test_template_with_folders():
+    cfg = ExperimentConfig(dataset="coco", method="csa", store="faiss", n_support=100)
+    assert cfg.output_name("sub/{dataset}/{method}_{n}.json") == "sub/coco/csa_100.json"
+    assert cfg.output_name("{key}.json") == f"{cfg.key()}.json"
