@@ -77,7 +77,7 @@ def test_metrics_flatten_and_aliases():
     assert row["t2i/HitRate@1"] == 0.25 and row["image_retrieval_recall@5"] == 0.5
     assert row["t2i/HitRate@1.ci_low"] == 0.2 and row["t2i.n_queries"] == 40
     assert row["n_support_pairs"] == 50 and row["method"] == "csa"
-    with pytest.raises(KeyError, match="did you mean|Did you mean"):
+    with pytest.raises(KeyError, match="Did you mean"):
         r.metric("t2i/HitRate@2")
 
 
@@ -86,7 +86,7 @@ def test_unknown_schema_version_is_named(tmp_path):
     d["schema_version"] = 7
     p = tmp_path / "r.json"
     p.write_text(json.dumps(d))
-    with pytest.raises(ResultSchemaError, match="schema_version 7.*reads schema versions \\[1, 2\\]"):
+    with pytest.raises(ResultSchemaError, match=r"schema_version 7.*reads schema versions \[1, 2\]"):
         ExperimentResult.load(p)
     p.write_text(json.dumps({"hello": 1}))
     with pytest.raises(ResultSchemaError, match="not an imsearch-align result"):
