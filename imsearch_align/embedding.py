@@ -1,9 +1,20 @@
-"""Embeddings of a dataset: :func:`embed`, what the experiment runner calls.
+"""Embeddings of a dataset (:func:`embed`) or of any texts (:func:`embed_texts`), cached.
 
 ``embed(dataset, provider, "image")`` feeds the provider the dataset's items
-(image paths or bytes; captions) in id order, or the ids themselves for a
-provider with ``lookup_by_id`` (precomputed embeddings), and caches the
-result when ``cache_dir`` is given.
+(image paths or bytes; captions) in id order, or the ids themselves for an
+:class:`~imsearch_align.framework.interfaces.IdLookupProvider` (precomputed
+embeddings), and caches the result when ``cache_dir`` is given.
+``embed_texts(provider, prompts, namespace="imagenet-prompts")`` does the same
+for a list of texts that belongs to no dataset (class prompts).
+
+Cache keys name the provider by :func:`provider_key`: its ``id`` plus, for a
+:class:`~imsearch_align.framework.interfaces.VersionedProvider`, its
+``version`` (the weights' fingerprint), so new weights never reuse old vectors.
+
+All-zero output rows are reported with
+:class:`~imsearch_align.datasets.ZeroEmbeddingWarning` (count and example
+ids): such an item scores 0 against everything. When every row is zero the
+scores would carry no information, and ValueError is raised.
 """
 
 from __future__ import annotations
@@ -16,10 +27,39 @@ import numpy as np
 import pandas as pd
 
 from imsearch_align.cache import CacheKey, EmbeddingCache
+from imsearch_align.datasets._local import ZeroEmbeddingWarning, check_zero_rows
 from imsearch_align.datasets.base import PairedDataset
+from imsearch_align.framework.interfaces import IdLookupProvider, VersionedProvider
 from imsearch_align.framework.validation import check_matrix
 
-__all__ = ["embed", "items_for"]
+__all__ = [
+    "ZeroEmbeddingWarning",
+    "check_zero_rows",
+    "embed",
+    "embed_texts",
+    "items_for",
+    "provider_key",
+    "texts_sha256",
+]
+
+
+def provider_key(provider: Any) -> str:
+    """The provider part of a cache key: ``id``, plus ``@version`` for a VersionedProvider."""
+    # Not isinstance(provider, EmbeddingProvider): on Python < 3.12 that evaluates
+    # the ``dim`` property, which loads a model even when the cache would hit.
+    if not all(hasattr(provider, a) for a in ("id", "modality", "encode")):
+        raise TypeError(
+            f"provider must be an EmbeddingProvider (id, modality, dim, encode), "
+            f"got {type(provider).__name__}"
+        )
+    key = str(provider.id)
+    if isinstance(provider, VersionedProvider) and provider.version:
+        key += f"@{provider.version}"
+    return key
+
+
+def _by_id(provider: Any) -> bool:
+    return isinstance(provider, IdLookupProvider) and bool(provider.lookup_by_id)
 
 
 def _rows(dataset: PairedDataset, modality: str, ids: Any) -> pd.DataFrame:
@@ -124,15 +164,16 @@ def embed(
         raise TypeError(f"dataset must be a PairedDataset, got {type(dataset).__name__}")
     if modality not in ("image", "text"):
         raise ValueError(f"modality must be 'image' or 'text', got {modality!r}")
-    prov_mod = getattr(provider, "modality", None)
-    if prov_mod != modality:
+    pkey = provider_key(provider)
+    if provider.modality != modality:
         raise ValueError(
-            f"provider {provider!r} encodes {prov_mod!r}, but modality={modality!r} was asked for"
+            f"provider {provider!r} encodes {provider.modality!r}, but modality={modality!r} "
+            "was asked for"
         )
     rows = _rows(dataset, modality, ids)
     col = "image_id" if modality == "image" else "text_id"
     row_ids = rows[col].to_numpy(dtype=np.int64)
-    by_id = bool(getattr(provider, "lookup_by_id", False))
+    by_id = _by_id(provider)
     items: list[Any] = row_ids.tolist() if by_id else items_for(dataset, modality, rows)
 
     def compute() -> np.ndarray:
@@ -143,14 +184,93 @@ def embed(
         return out
 
     if cache_dir is None:
-        return compute()
-    n_total = len(dataset.images) if modality == "image" else len(dataset.texts)
-    key = CacheKey(
-        provider_id=str(provider.id)
-        + (f"@{provider.version}" if getattr(provider, "version", None) else ""),
-        dataset_id=dataset.name,
-        modality=modality,
-        split=_split_label(rows, n_total),
-        inputs_sha256=_inputs_hash(modality, row_ids, None if by_id else items),
-    )
-    return EmbeddingCache(cache_dir).get_or_compute(key, compute)
+        out = compute()
+    else:
+        n_total = len(dataset.images) if modality == "image" else len(dataset.texts)
+        key = CacheKey(
+            provider_id=pkey,
+            dataset_id=dataset.name,
+            modality=modality,
+            split=_split_label(rows, n_total),
+            inputs_sha256=_inputs_hash(modality, row_ids, None if by_id else items),
+        )
+        out = EmbeddingCache(cache_dir).get_or_compute(key, compute)
+    check_zero_rows(out, row_ids, f"{modality} embeddings of dataset {dataset.name!r} by {pkey}")
+    return out
+
+
+def texts_sha256(texts: list[str]) -> str:
+    """SHA-256 of a list of texts, in order (length-prefixed UTF-8: no two lists collide)."""
+    h = hashlib.sha256(b"texts;")
+    for t in texts:
+        b = t.encode("utf-8", "surrogatepass")
+        h.update(b"%d:" % len(b) + b)
+    return h.hexdigest()
+
+
+def embed_texts(
+    provider: Any,
+    texts: Any,
+    *,
+    cache_dir: str | os.PathLike | None = None,
+    batch_size: int = 32,
+    progress: bool = True,
+    namespace: str = "texts",
+) -> np.ndarray:
+    """Encode arbitrary texts (class prompts, queries) with ``provider``, cached like :func:`embed`.
+
+    Args:
+        provider: a text ``EmbeddingProvider`` that encodes text (not an
+            id-lookup provider of precomputed vectors).
+        texts: a list of non-empty strings; row ``i`` of the result is ``texts[i]``.
+        cache_dir: folder of the embedding cache; None disables caching.
+        batch_size: items per forward pass.
+        progress: show a tqdm bar on long work.
+        namespace: names the cache entry's dataset part (e.g.
+            ``"imagenet-prompts"``); the key also holds :func:`provider_key`
+            and :func:`texts_sha256` of ``texts``, so other texts or other
+            weights never share an entry.
+
+    Returns:
+        ``(len(texts), provider.dim)`` float32.
+    """
+    pkey = provider_key(provider)
+    if provider.modality != "text":
+        raise ValueError(f"provider {provider!r} encodes {provider.modality!r}, not text")
+    if _by_id(provider):
+        raise TypeError(
+            f"provider {pkey} serves precomputed vectors by id and cannot encode new text; "
+            "name a text encoder"
+        )
+    if isinstance(texts, str) or not isinstance(texts, list | tuple):
+        raise TypeError(f"texts must be a list of strings, got {type(texts).__name__}")
+    texts = list(texts)
+    bad = [i for i, t in enumerate(texts) if not isinstance(t, str) or not t.strip()]
+    if bad:
+        raise ValueError(
+            f"texts must be non-empty strings; item {bad[0]} is {texts[bad[0]]!r}"
+            + (f" ({len(bad) - 1} more)" if len(bad) > 1 else "")
+        )
+    if not isinstance(namespace, str) or not namespace:
+        raise ValueError(f"namespace must be a non-empty string, got {namespace!r}")
+
+    def compute() -> np.ndarray:
+        out = provider.encode(texts, batch_size=batch_size, progress=progress)
+        out = check_matrix(out, f"{type(provider).__name__}.encode output")
+        if out.shape[0] != len(texts):
+            raise ValueError(f"provider returned {out.shape[0]} rows for {len(texts)} texts")
+        return out
+
+    if cache_dir is None:
+        out = compute()
+    else:
+        key = CacheKey(
+            provider_id=pkey,
+            dataset_id=namespace,
+            modality="text",
+            split="texts",
+            inputs_sha256=texts_sha256(texts),
+        )
+        out = EmbeddingCache(cache_dir).get_or_compute(key, compute)
+    check_zero_rows(out, None, f"text embeddings of {namespace!r} by {pkey}")
+    return out

