@@ -73,6 +73,7 @@ depend on that order:
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import math
 from collections.abc import Sequence
@@ -88,6 +89,7 @@ from imsearch_align.framework.metrics import (
     Qrels,
     Run,
     evaluate,
+    evaluate_lenient,
     parse_measure,
     py_scalar,
     valid_measure_names,
@@ -181,48 +183,87 @@ def _resolve_tolerance(tol: float | None, dim: int | None, where: str) -> float:
 # ----------------------------------------------------------------------------- tie groups
 
 
+def _is_link(a: np.ndarray, b: np.ndarray, tol: float) -> np.ndarray:
+    """The tie rule for neighbours ``a >= b``, in float64 (exact and deterministic)."""
+    a = np.asarray(a, dtype=np.float64)
+    b = np.asarray(b, dtype=np.float64)
+    with np.errstate(invalid="ignore"):  # -inf - -inf in no-hit padding: NaN, no link
+        return (a - b) <= tol * np.maximum(np.maximum(a, -b), 1.0)
+
+
 def _link_matrix(scores: np.ndarray, empty: np.ndarray, tol: float) -> np.ndarray:
     """``(n, K-1)`` bool: columns ``i`` and ``i+1`` are both hits and tie within ``tol``."""
     n, K = scores.shape
     if K < 2:
         return np.zeros((n, max(K - 1, 0)), dtype=bool)
-    a = scores[:, :-1].astype(np.float64)
-    b = scores[:, 1:].astype(np.float64)
-    with np.errstate(invalid="ignore"):  # -inf - -inf in no-hit padding
-        thr = tol * np.maximum(np.maximum(a, -b), 1.0)
-        link = (a - b) <= thr
+    link = _is_link(scores[:, :-1], scores[:, 1:], tol)
     link &= ~empty[:, 1:]
     link &= ~empty[:, :-1]
     return link
 
 
-def _rows_with_link(scores: np.ndarray, tol: float, width: int) -> np.ndarray:
-    """Rows holding a tie link among their first ``width`` links (a fast, unmasked scan).
+def _sparse_links(scores: np.ndarray, empty: np.ndarray, tol: float):
+    """Every tie link of a run as ``(row, i)`` pairs in row-major order (``i`` joins ``i, i+1``).
 
-    No-hit padding has score ``-inf``; a gap to or between ``-inf`` is
-    ``inf`` or NaN, never a link, so no mask is needed here. A run whose
-    no-hit cells carry finite scores may give extra rows, which the exact
-    (masked) :func:`_link_matrix` then clears.
+    Most rows hold no tie, so a prefilter scans the scores once, in
+    cache-sized row blocks, in their own dtype: for float32 scores with the
+    threshold widened by ``1e-6`` (relative), far more than the float32
+    rounding of the gap and of ``tol * scale`` (``2**-24`` each), so it never
+    misses a link. The exact float64 rule then decides each candidate pair.
     """
     n, K = scores.shape
-    width = min(width, K - 1)
-    out = np.zeros(n, dtype=bool)
-    if width <= 0 or n == 0:
-        return out
-    step = max(1, _BLOCK_CELLS // (width + 1))
+    none = np.zeros(0, dtype=np.int64)
+    if K < 2 or n == 0:
+        return none, none
+    if scores.dtype == np.float32:
+        thr = tol * (1 + 1e-6)
+    else:
+        thr = tol
+        if scores.dtype != np.float64:
+            scores = scores.astype(np.float64)
+    step = max(1, _BLOCK_CELLS // K)
+    rows, cols = [], []
     for b0 in range(0, n, step):
-        blk = scores[b0 : b0 + step, : width + 1]
-        a = blk[:, :-1].astype(np.float64)
-        b = blk[:, 1:].astype(np.float64)
+        blk = scores[b0 : b0 + step]
+        a, b = blk[:, :-1], blk[:, 1:]
         with np.errstate(invalid="ignore"):
             gap = a - b
-            link = gap <= tol
-            # The relative term matters only where |s| > 1 (a row is sorted, so
-            # its first column is its largest score, its last hit its smallest).
-            if (blk[:, 0] > 1).any() or ((blk < -1) & (blk > -np.inf)).any():
-                link |= gap <= tol * np.maximum(np.maximum(a, -b), 1.0)
-        out[b0 : b0 + len(blk)] = link.any(axis=1)
-    return out
+            cand = gap <= thr
+            # The relative term matters only where |s| > 1. Rows are sorted:
+            # column 0 holds each row's largest score, the last column its
+            # smallest unless the row is padded (then look at every hit).
+            last = blk[:, -1]
+            big = blk[:, 0].max() > 1 or (
+                last.min() < -1
+                and (
+                    np.isfinite(last).all()
+                    or np.min(blk, where=np.isfinite(blk), initial=np.inf) < -1
+                )
+            )
+            if big:
+                cand |= gap <= thr * np.maximum(np.maximum(a, -b), 1.0)
+        # Rows first: nonzero over a whole block costs more than the scan.
+        hit_rows = np.flatnonzero(cand.any(axis=1))
+        if len(hit_rows):
+            r, c = np.nonzero(cand[hit_rows])
+            rows.append(hit_rows[r] + b0)
+            cols.append(c)
+    if not rows:
+        return none, none
+    r, c = np.concatenate(rows), np.concatenate(cols)
+    keep = _is_link(scores[r, c], scores[r, c + 1], tol) & ~empty[r, c] & ~empty[r, c + 1]
+    return r[keep].astype(np.int64), c[keep].astype(np.int64)
+
+
+def _link_runs(lr: np.ndarray, li: np.ndarray):
+    """Tie groups of two or more members from row-major links: ``(row, a, b)``, columns ``[a, b)``."""
+    if not len(lr):
+        return lr, li, li
+    new = np.ones(len(lr), dtype=bool)
+    new[1:] = (lr[1:] != lr[:-1]) | (li[1:] != li[:-1] + 1)
+    starts = np.flatnonzero(new)
+    ends = np.append(starts[1:], len(lr)) - 1
+    return lr[starts], li[starts], li[ends] + 2
 
 
 def tie_groups(run: Run, *, tol: float | None = None, dim: int | None = None) -> np.ndarray:
@@ -394,7 +435,7 @@ def _check_measures(measures: Sequence[str] | str) -> list[str]:
             k = name.rsplit("@", 1)[-1] if isinstance(name, str) and "@" in name else "10"
             names = [f"{f}@{k}" for f in TIE_AWARE_FAMILIES] + ["Accuracy"]
             close = difflib.get_close_matches(str(name), names, n=1, cutoff=0.5)
-            hint = f"; did you mean {close[0]!r}?" if close else ""
+            hint = f"; did you mean {close[0]!r}?" if close and "did you mean" not in str(e) else ""
             raise ValueError(f"tie_aware_evaluate: {e}{hint}") from e
         if fam not in TIE_AWARE_FAMILIES:
             raise ValueError(
@@ -404,67 +445,134 @@ def _check_measures(measures: Sequence[str] | str) -> list[str]:
     return measures
 
 
-def _gains(
-    qrels: Qrels, qrows: np.ndarray, D: np.ndarray, empty: np.ndarray
-) -> tuple[np.ndarray, np.ndarray]:
-    """Graded gain (> 0 judgements only) of every cell of ``D``, and whether any doc repeats.
+class _Judgements:
+    """The qrels as the closed forms need them: query codes, positive judgements."""
 
-    ``qrows[i]`` is the qrels row of ``D[i]``. Returns ``(gain (n, K), dup_row or -1)``.
-    """
-    n, K = D.shape
-    gain = np.zeros((n, K))
-    keep = qrels.relevance > 0
-    if not keep.any() or n == 0 or K == 0:
-        return gain, -1
-    jq = pd.Index(qrels.queries).get_indexer(qrels.query_ids[keep]).astype(np.int64)
-    jd = qrels.doc_ids[keep]
-    jg = qrels.relevance[keep]
-    vocab = pd.Index(pd.unique(jd))
-    nv = len(vocab)
-    jkey = jq * nv + vocab.get_indexer(jd)
-    order = np.argsort(jkey, kind="stable")
-    jkey, jg = jkey[order], jg[order]
-    codes = vocab.get_indexer(D.ravel()).reshape(n, K)
-    codes[empty] = -1
-    r, c = np.nonzero(codes >= 0)
-    if not len(r):
-        return gain, -1
-    keys = qrows[r] * nv + codes[r, c]
-    pos = np.minimum(np.searchsorted(jkey, keys), len(jkey) - 1)
-    hit = jkey[pos] == keys
-    found = pos[hit]
-    if len(np.unique(found)) != len(found):
-        dup = int(np.flatnonzero(np.bincount(found) > 1)[0])
-        return gain, int(r[hit][np.flatnonzero(found == dup)[0]])
-    gain[r[hit], c[hit]] = jg[found]
-    return gain, -1
+    def __init__(self, qrels: Qrels) -> None:
+        self.qrels = qrels
+        # Codes in order of first appearance: the rows of ``qrels.queries``.
+        self.qidx = pd.factorize(qrels.query_ids)[0].astype(np.int64)
+        keep = qrels.relevance > 0
+        jq, jd, jg = self.qidx[keep], qrels.doc_ids[keep], qrels.relevance[keep]
+        order = np.argsort(jq, kind="stable")
+        self.jq, self.jd, self.jg = jq[order], jd[order], jg[order]
 
+    def hits(
+        self, qrows: np.ndarray, D: np.ndarray, empty: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """Positive judgements found in ``D`` (row ``i`` ranks for qrels row ``qrows[i]``).
 
-def _relevance_totals(
-    qrels: Qrels, qrows: np.ndarray, relevance_level: float | None, ndcg_ks: Sequence[int]
-) -> tuple[np.ndarray, dict[int, np.ndarray]]:
-    """``R`` (relevant docs in the qrels) and ideal DCG@k of the queries ``qrows``.
+        Returns ``(row, col, gain, dup_rows)``: the hits sorted by (row, col),
+        and the rows in which a relevant doc appears twice (their hits left out).
+        """
+        none = np.zeros(0, dtype=np.int64)
+        n, W = D.shape
+        if not len(self.jq) or n == 0 or W == 0:
+            return none, none, np.zeros(0), none
+        # Only the judgements of these queries, by local row.
+        loc = np.full(len(self.qrels.queries), -1, dtype=np.int64)
+        loc[qrows] = np.arange(n)
+        jl = loc[self.jq]
+        mine = jl >= 0
+        jl, jd, jg = jl[mine], self.jd[mine], self.jg[mine]
+        if not len(jl):
+            return none, none, np.zeros(0), none
+        order = np.argsort(jl, kind="stable")
+        jl, jd, jg = jl[order], jd[order], jg[order]
+        counts = np.bincount(jl, minlength=n)
+        found = None
+        if D.dtype != object and jd.dtype != object and counts.max() <= self.COMPARE_MAX:
+            lo = int(D.min())
+            if lo > np.iinfo(np.int64).min:
+                found = self._compare(jl, jd, jg, counts, D, empty, lo - 1)
+        if found is None:
+            found = self._hash(jl, jd, jg, D, empty)
+        r, c, g, key = found
+        if not len(r):
+            return none, none, np.zeros(0), none
+        order = np.lexsort((c, r))
+        r, c, g, key = r[order], c[order], g[order], key[order]
+        # A judgement found twice in its row: that row repeats a relevant doc.
+        ko = np.argsort(key, kind="stable")
+        twice = key[ko][1:] == key[ko][:-1]
+        dup_rows = np.unique(r[ko][1:][twice])
+        if len(dup_rows):
+            keep = ~np.isin(r, dup_rows)
+            r, c, g = r[keep], c[keep], g[keep]
+        return r.astype(np.int64), c.astype(np.int64), g, dup_rows.astype(np.int64)
 
-    As :mod:`metrics` defines them: ``R`` counts judgements ``> 0`` (or
-    ``>= relevance_level``), the ideal DCG all positive gains sorted descending.
-    """
-    nQ = len(qrels.queries)
-    qidx = pd.Index(qrels.queries).get_indexer(qrels.query_ids).astype(np.int64)
-    rel = qrels.relevance
-    keep = rel > 0 if relevance_level is None else rel >= relevance_level
-    R = np.bincount(qidx[keep], minlength=nQ).astype(np.float64)[qrows]
-    idcg: dict[int, np.ndarray] = {}
-    if ndcg_ks:
-        pos = rel > 0
-        jq, g = qidx[pos], rel[pos]
-        order = np.lexsort((-g, jq))
-        jq, g = jq[order], g[order]
-        starts = np.concatenate([[0], np.cumsum(np.bincount(jq, minlength=nQ))[:-1]])
-        rank = np.arange(len(jq)) - starts[jq]
-        for k in ndcg_ks:
-            w = rank < k
-            idcg[k] = np.bincount(jq[w], weights=g[w] / np.log2(rank[w] + 2.0), minlength=nQ)[qrows]
-    return R, idcg
+    #: Up to this many relevant docs per query, each is compared with its row
+    #: (a few passes over an int32/int64 block, no hashing, as metrics does).
+    COMPARE_MAX = 8
+
+    @staticmethod
+    def _compare(jl, jd, jg, counts, D, empty, sentinel):
+        """Hits as ``(row, col, gain, judgement key)``, comparing each judgement with its row."""
+        n, W = D.shape
+        rank = np.arange(len(jl)) - np.repeat(np.cumsum(counts) - counts, counts)
+        r_max = int(counts.max())
+        rel_doc = np.full((n, r_max), sentinel, dtype=np.int64)  # never in D
+        rel_g = np.zeros((n, r_max))
+        rel_doc[jl, rank] = jd
+        rel_g[jl, rank] = jg
+        if sentinel >= np.iinfo(np.int32).min and int(D.max()) <= np.iinfo(np.int32).max:
+            D, rel_doc = D.astype(np.int32), rel_doc.astype(np.int32)  # half the traffic
+        parts = []
+        for j in range(r_max):
+            p = np.flatnonzero(D == rel_doc[:, j : j + 1])
+            if len(p):
+                r, c = np.divmod(p, W)
+                ok = ~empty[r, c]
+                r, c = r[ok], c[ok]
+                parts.append((r, c, rel_g[r, j], r * r_max + j))
+        if not parts:
+            return np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0), np.zeros(0, np.int64)
+        return tuple(np.concatenate(x) for x in zip(*parts))
+
+    @staticmethod
+    def _hash(jl, jd, jg, D, empty):
+        """Hits as ``(row, col, gain, judgement key)``, hashing doc ids into the judged ones."""
+        n, W = D.shape
+        vocab = pd.Index(pd.unique(jd))
+        nv = len(vocab)
+        jkey = jl * nv + vocab.get_indexer(jd)
+        order = np.argsort(jkey, kind="stable")
+        jkey, jg = jkey[order], jg[order]
+        codes = vocab.get_indexer(D.ravel()).reshape(n, W)
+        codes[empty] = -1
+        r, c = np.nonzero(codes >= 0)
+        keys = r * nv + codes[r, c]
+        pos = np.minimum(np.searchsorted(jkey, keys), len(jkey) - 1)
+        hit = jkey[pos] == keys
+        return r[hit], c[hit], jg[pos[hit]], pos[hit]
+
+    def totals(
+        self, qrows: np.ndarray, relevance_level: float | None, ndcg_ks: Sequence[int]
+    ) -> tuple[np.ndarray, dict[int, np.ndarray]]:
+        """``R`` (relevant judgements) and ideal DCG@k of the qrels rows ``qrows``.
+
+        As :mod:`~imsearch_align.framework.metrics` defines them: ``R`` counts
+        judgements ``> 0`` (or ``>= relevance_level``), the ideal DCG uses all
+        positive gains sorted descending.
+        """
+        nQ = len(self.qrels.queries)
+        rel = self.qrels.relevance
+        keep = rel > 0 if relevance_level is None else rel >= relevance_level
+        R = np.bincount(self.qidx[keep], minlength=nQ).astype(np.float64)[qrows]
+        idcg: dict[int, np.ndarray] = {}
+        if ndcg_ks:
+            mine = np.isin(self.jq, qrows)
+            jq, g = self.jq[mine], self.jg[mine]
+            order = np.lexsort((-g, jq))
+            jq, g = jq[order], g[order]
+            starts = np.concatenate([[0], np.cumsum(np.bincount(jq, minlength=nQ))[:-1]])
+            rank = np.arange(len(jq)) - starts[jq]
+            for k in ndcg_ks:
+                w = rank < k
+                idcg[k] = np.bincount(jq[w], weights=g[w] / np.log2(rank[w] + 2.0), minlength=nQ)[
+                    qrows
+                ]
+        return R, idcg
 
 
 def _no_hit_chance(m: np.ndarray, r: np.ndarray, c: np.ndarray) -> np.ndarray:
@@ -483,105 +591,123 @@ def _no_hit_chance(m: np.ndarray, r: np.ndarray, c: np.ndarray) -> np.ndarray:
     return np.where(r + c > m, 0.0, out)
 
 
-def _expected(
-    G: np.ndarray,
-    B: np.ndarray,
-    link: np.ndarray,
+def _group_values(
+    n: int,
+    g_row: np.ndarray,
+    g_a: np.ndarray,
+    g_m: np.ndarray,
+    g_r: np.ndarray,
+    g_s: np.ndarray,
     measures: Sequence[str],
     R: np.ndarray,
     idcg: dict[int, np.ndarray],
 ) -> dict[str, np.ndarray]:
-    """Closed-form expected measures of ``n`` ranked rows with tie links (module docstring).
+    """Expected measures of ``n`` rows from their tie groups (closed forms, module docstring).
 
-    ``G`` ``(n, W)`` graded gains (0 = not relevant / no hit), ``B`` binary
-    relevance, ``link`` ``(n, W-1)``, ``R`` relevant docs per row in the qrels,
-    ``idcg`` ideal DCG per nDCG cut-off. With no links this is the tie-rule value.
+    Each group: row, first column ``a`` (0-based), size ``m``, relevant docs
+    ``r`` (binary) and gain sum ``s``. Groups without a positive gain add
+    nothing and may be left out, so a row is described by its relevant
+    singletons and the tie groups holding relevant docs. With every group a
+    singleton this is the tie-rule value, with the tie-rule kernel's operations.
     """
-    n, W = G.shape
-    start = np.ones((n, W), dtype=bool)
-    if W > 1:
-        start[:, 1:] = ~link
-    sflat = np.flatnonzero(start.ravel())  # group starts, in (row, column) order
-    gid = (np.cumsum(start.ravel()) - 1).reshape(n, W)
-    g_row, g_a = np.divmod(sflat, W)
-    g_m = np.diff(np.append(sflat, n * W))
-    g_r = np.add.reduceat(B.ravel().astype(np.float64), sflat) if n * W else np.zeros(0)
-    g_s = np.add.reduceat(G.ravel(), sflat) if n * W else np.zeros(0)
-    # Relevant docs in the groups above each group, within its row.
+    order = np.lexsort((g_a, g_row))
+    g_row, g_a, g_m, g_r, g_s = (x[order] for x in (g_row, g_a, g_m, g_r, g_s))
+    g_mf = g_m.astype(np.float64)
+    ng = len(g_row)
+    new_row = np.ones(ng, dtype=bool)
+    new_row[1:] = g_row[1:] != g_row[:-1]
+    seg = np.cumsum(new_row) - 1
     excl = np.cumsum(g_r) - g_r
-    g_first = gid[:, 0] if W else np.zeros(n, dtype=np.int64)
-    g_above = excl - excl[g_first[g_row]]
-    g_q = np.where(g_m > 1, g_r * (g_r - 1) / np.maximum(g_m * (g_m - 1), 1), 0.0)
-
-    col = np.arange(W)
-    p = (g_r / g_m)[gid]
-    inv_rank = 1.0 / (col + 1.0)
+    above = excl - excl[new_row][seg]  # relevant docs in the groups above, same row
+    q = np.where(g_m > 1, g_r * (g_r - 1) / np.maximum(g_mf * (g_mf - 1), 1.0), 0.0)
     safe_R = np.where(R > 0, R, 1.0)
     fams = {parse_measure(m)[0] for m in measures}
-    cum_p = np.cumsum(p, axis=1) if fams & {"P", "R"} else None
-    cum_ap = None
-    if "AP" in fams:
-        off = col[None, :] - g_a[gid]
-        cum_ap = np.cumsum((p * (1.0 + g_above[gid]) + off * g_q[gid]) * inv_rank, axis=1)
-    cum_dcg = None
-    if "nDCG" in fams:
-        disc = 1.0 / np.log2(col + 2.0)
-        cum_dcg = np.cumsum((g_s / g_m)[gid] * disc, axis=1)
+
+    cells = None
+    if fams & {"AP", "nDCG"}:
+        # Every rank of every group: p = r/m relevant, e = s/m gain expected there.
+        cg = np.repeat(np.arange(ng), g_m)
+        off = np.arange(len(cg)) - np.repeat(np.cumsum(g_m) - g_m, g_m)
+        pos = g_a[cg] + off
+        crow = g_row[cg]
+        cells = (cg, off, pos, crow)
+
     out: dict[str, np.ndarray] = {}
     for name in measures:
         fam, k = parse_measure(name)
-        kk = min(k, W)
-        if kk == 0:
-            out[name] = np.zeros(n)
-            continue
-        if fam == "P":
-            v = cum_p[:, kk - 1] / k
-        elif fam == "R":
-            v = np.where(R > 0, cum_p[:, kk - 1] / safe_R, 0.0)
-        elif fam == "AP":
-            v = np.where(R > 0, cum_ap[:, kk - 1] / safe_R, 0.0)
-        elif fam == "nDCG":
-            ideal = idcg[k]
-            v = np.where(ideal > 0, cum_dcg[:, kk - 1] / np.where(ideal > 0, ideal, 1.0), 0.0)
+        c = np.clip(k - g_a, 0, g_m)  # ranks of each group inside the cut-off
+        if fam in ("P", "R"):
+            cnt = np.bincount(g_row, weights=g_r * c / g_mf, minlength=n)
+            v = cnt / k if fam == "P" else np.where(R > 0, cnt / safe_R, 0.0)
         elif fam == "HitRate":
-            gx = gid[:, kk - 1]  # the group holding the last rank inside the cut-off
-            a, m, r = g_a[gx], g_m[gx], g_r[gx]
-            c = np.minimum(k - a, m)  # its ranks inside the cut-off
-            v = np.where(g_above[gx] > 0, 1.0, 0.0)
-            rest = (g_above[gx] == 0) & (r > 0)
-            if rest.any():
-                v[rest] = 1.0 - _no_hit_chance(m[rest], r[rest], c[rest])
-        else:  # RR: the first group holding a relevant doc
             v = np.zeros(n)
-            has = g_r > 0
-            grp = np.flatnonzero(has)
-            if len(grp):
-                fr, first = np.unique(g_row[grp], return_index=True)
-                gf = grp[first]
-                a, m, r = g_a[gf], g_m[gf], g_r[gf]
-                jmax = np.minimum(m - r, k - 1 - a)  # last offset of the first relevant doc
-                prob = r / m  # P(J = 0)
+            rel = np.flatnonzero((g_r > 0) & (c > 0))
+            if len(rel):
+                prob = 1.0 - _no_hit_chance(g_m[rel], g_r[rel].astype(np.int64), c[rel])
+                np.maximum.at(v, g_row[rel], prob)  # one group at most is cut by k
+        elif fam == "RR":
+            v = np.zeros(n)
+            rel = np.flatnonzero(g_r > 0)
+            if len(rel):
+                first = np.ones(len(rel), dtype=bool)
+                first[1:] = g_row[rel][1:] != g_row[rel][:-1]
+                gf = rel[first]
+                a, m = g_a[gf], g_mf[gf]
+                r = g_r[gf]
+                jmax = np.minimum(g_m[gf] - r.astype(np.int64), k - 1 - a)
+                prob = r / m  # P(first relevant at offset 0)
                 acc = np.where(jmax >= 0, prob / (a + 1.0), 0.0)
-                for j in range(int(jmax.max()) if len(jmax) else 0):
-                    prob = prob * (m - j - r) / np.maximum(m - 1 - j, 1)
+                for j in range(int(jmax.max())):
+                    prob = prob * (m - j - r) / np.maximum(m - 1 - j, 1.0)
                     acc = acc + np.where(j + 1 <= jmax, prob / (a + j + 2.0), 0.0)
-                v[fr] = acc
+                v[g_row[gf]] = acc
+        else:
+            cg, off, pos, crow = cells
+            w = pos < k
+            if fam == "nDCG":
+                ideal = idcg[k]
+                e = (g_s / g_mf)[cg[w]]
+                dcg = np.bincount(crow[w], weights=e / np.log2(pos[w] + 2.0), minlength=n)
+                v = np.where(ideal > 0, dcg / np.where(ideal > 0, ideal, 1.0), 0.0)
+            else:  # AP
+                gw = cg[w]
+                t = (g_r[gw] / g_mf[gw]) * (1.0 + above[gw]) + off[w] * q[gw]
+                s = np.bincount(crow[w], weights=t / (pos[w] + 1.0), minlength=n)
+                v = np.where(R > 0, s / safe_R, 0.0)
         out[name] = v
     return out
 
 
-def _arranged(G: np.ndarray, link: np.ndarray, descending: bool) -> np.ndarray:
-    """``G`` with each tie group's gains sorted (ascending, or descending)."""
-    n, W = G.shape
-    start = np.ones((n, W), dtype=bool)
-    if W > 1:
-        start[:, 1:] = ~link
-    col = np.arange(W)
-    a = np.maximum.accumulate(np.where(start, col, 0), axis=1)
-    row = np.broadcast_to(np.arange(n)[:, None], (n, W))
-    g = G.ravel()
-    order = np.lexsort((-g if descending else g, a.ravel(), row.ravel()))
-    return g[order].reshape(n, W)
+def _arranged_hits(
+    hr: np.ndarray,
+    hc: np.ndarray,
+    hg: np.ndarray,
+    idx: np.ndarray,
+    inside: np.ndarray,
+    g_a: np.ndarray,
+    g_b: np.ndarray,
+    descending: bool,
+) -> np.ndarray:
+    """Columns of the hits once each tie group is ordered by gain.
+
+    Descending: a group's relevant docs take its first ranks, highest gain
+    first; ascending: its last ranks, highest gain last.
+    """
+    col = hc.copy()
+    w = np.flatnonzero(inside)
+    if not len(w):
+        return col
+    gi = idx[w]
+    order = np.lexsort((-hg[w] if descending else hg[w], gi))
+    w, gi = w[order], gi[order]
+    first = np.ones(len(w), dtype=bool)
+    first[1:] = gi[1:] != gi[:-1]
+    seg_start = np.flatnonzero(first)
+    counts = np.diff(np.append(seg_start, len(w)))
+    rank = np.arange(len(w)) - np.repeat(seg_start, counts)
+    n_pos = np.repeat(counts, counts)
+    col[w] = g_a[gi] + rank if descending else g_b[gi] - n_pos + rank
+    return col
 
 
 # ----------------------------------------------------------------------------- evaluate
@@ -597,6 +723,7 @@ def tie_aware_evaluate(
     groups_closed: bool = False,
     relevance_level: float | None = None,
     failed_queries: Sequence | None = None,
+    lenient: bool = False,
 ) -> TieAwareResult:
     """Score ``run`` with each measure's expected value over the orders of tied documents.
 
@@ -615,12 +742,21 @@ def tie_aware_evaluate(
             members and the query flagged ``truncated``.
         relevance_level, failed_queries: as in
             :func:`~imsearch_align.framework.metrics.evaluate`.
+        lenient: as :func:`~imsearch_align.framework.metrics.evaluate_lenient`:
+            a ranking holding a relevant doc twice fails only its query (0
+            everywhere, listed in ``plain.failed_queries``) instead of raising.
+            The tie-aware scan reads past the largest cut-off through a group
+            crossing it, so it may find repeats the tie rule does not see.
 
     Returns:
         :class:`TieAwareResult`: expected values, low/high bounds,
         tie-dependence and truncation flags per query, and the tie-rule
         result. Rows without a tie group reaching a cut-off keep the tie-rule
         value; see the module docstring for the definitions and formulas.
+
+    Cost: one pass over the scores finds the ties; the closed forms then run
+    on the rows holding a tie group that starts above the largest cut-off,
+    in time proportional to their relevant docs and tied ranks.
     """
     if not isinstance(run, Run):
         raise TypeError(f"tie_aware_evaluate: run must be a Run, got {type(run).__name__}")
@@ -632,32 +768,49 @@ def tie_aware_evaluate(
         )
     measures = _check_measures(measures)
     t = _resolve_tolerance(tol, dim, "tie_aware_evaluate")
-    plain = evaluate(
-        run, qrels, measures, relevance_level=relevance_level, failed_queries=failed_queries
-    )
+    if not isinstance(lenient, bool):
+        raise TypeError(f"tie_aware_evaluate: lenient must be a bool, got {type(lenient).__name__}")
+    if lenient:
+        plain, _ = evaluate_lenient(
+            run, qrels, measures, relevance_level=relevance_level, failed_queries=failed_queries
+        )
+    else:
+        plain = evaluate(
+            run, qrels, measures, relevance_level=relevance_level, failed_queries=failed_queries
+        )
     ks = {m: parse_measure(m)[1] for m in measures}
     kmax = max(ks.values())
     nQ = len(qrels.queries)
     n_run, K = run.doc_ids.shape
 
-    # Run row of each qrels query (-1: absent, scored 0 by evaluate).
-    run_row = (
-        pd.Index(run.query_ids).get_indexer(qrels.queries).astype(np.int64)
-        if n_run
-        else np.full(nQ, -1, dtype=np.int64)
-    )
-    scored = np.flatnonzero(run_row >= 0)
+    # Qrels row of each run row (-1: not judged, ignored as evaluate does).
+    q_of_run = np.full(n_run, -1, dtype=np.int64)
+    if n_run and nQ:
+        run_row = pd.Index(run.query_ids).get_indexer(qrels.queries).astype(np.int64)
+        found = run_row >= 0
+        q_of_run[run_row[found]] = np.flatnonzero(found)
 
-    if groups_closed and len(scored):
-        still_open = _open_rows(run, t, kmax)[run_row[scored]]
-        if still_open.any():
-            first = int(np.flatnonzero(still_open)[0])
+    # Tie groups of two or more returned docs (row-major); those starting
+    # below the largest cut-off can change no value.
+    lr, li = _sparse_links(run.scores, run.empty, t)
+    judged = q_of_run[lr] >= 0
+    g_run, g_a, g_b = _link_runs(lr[judged], li[judged])
+    keep = g_a < kmax
+    g_run, g_a, g_b = g_run[keep], g_a[keep], g_b[keep]
+
+    if groups_closed and n_run and K:
+        # Open: full, and the group holding rank kmax may go on past the last column.
+        if K <= kmax:
+            open_rows = np.flatnonzero(~run.empty[:, -1] & (q_of_run >= 0))
+        else:
+            open_rows = np.unique(g_run[(g_a <= kmax - 1) & (g_b == K)])
+        if len(open_rows):
             raise ValueError(
                 "tie_aware_evaluate: groups_closed=True, but the ranking of query "
-                f"{py_scalar(qrels.queries[scored[first]])!r} (and {int(still_open.sum()) - 1} "
-                f"more) is full and does not show the tie group at rank {kmax} closing: the "
-                "store may hold more of it. Search deeper for those queries "
-                "(open_tie_groups) or pass groups_closed=False"
+                f"{py_scalar(run.query_ids[open_rows[0]])!r} (and {len(open_rows) - 1} more) "
+                f"is full and does not show the tie group at rank {kmax} closing: the store "
+                "may hold more of it. Search deeper for those queries (open_tie_groups) "
+                "or pass groups_closed=False"
             )
 
     values = {m: plain.values[m].copy() for m in measures}
@@ -665,66 +818,90 @@ def tie_aware_evaluate(
     high = {m: plain.values[m].copy() for m in measures}
     dep = {m: np.zeros(nQ, dtype=bool) for m in measures}
     trunc = {m: np.zeros(nQ, dtype=bool) for m in measures}
+    if not len(g_run):
+        return TieAwareResult(
+            tuple(measures), qrels.queries, values, low, high, dep, trunc, plain, t, groups_closed
+        )
 
-    # Only rows holding a tie link that reaches a cut-off (link i joins ranks
-    # i+1 and i+2, so links i < kmax can matter) need the closed forms.
-    cand = np.zeros(0, dtype=np.int64)
-    if len(scored) and K > 1:
-        rr = run_row[scored]
-        has = _rows_with_link(run.scores[rr] if len(rr) != n_run else run.scores, t, kmax)
-        if len(rr) == n_run:
-            has = has[rr]
-        cand = scored[has]
-    if len(cand):
-        rr = run_row[cand]
-        S, E, D = run.scores[rr], run.empty[rr], run.doc_ids[rr]
-        link = _link_matrix(S, E, t)
-        real = link[:, : min(kmax, K - 1)].any(axis=1)
-        cand, rr, S, E, D, link = cand[real], rr[real], S[real], E[real], D[real], link[real]
-    if len(cand):
-        G, dup = _gains(qrels, cand, D, E)
-        if dup >= 0:
+    # Candidate rows (local index 0..n-1), their qrels rows, the columns to read.
+    crow = np.unique(g_run)
+    cq = q_of_run[crow]
+    n = len(crow)
+    g_row = np.searchsorted(crow, g_run)
+    W = int(min(K, max(kmax, int(g_b.max()))))
+    jud = _Judgements(qrels)
+    hr, hc, hg, dup_rows = jud.hits(cq, run.doc_ids[crow, :W], run.empty[crow, :W])
+    if len(dup_rows):
+        if not lenient:
             raise ValueError(
                 "Run: a relevant doc appears twice in the ranking of query "
-                f"{py_scalar(qrels.queries[cand[dup]])!r}"
+                f"{py_scalar(qrels.queries[cq[dup_rows[0]]])!r}"
             )
-        ndcg_ks = sorted({k for m, k in ks.items() if parse_measure(m)[0] == "nDCG"})
-        R, idcg = _relevance_totals(qrels, cand, relevance_level, ndcg_ks)
-
-        def binary(g: np.ndarray) -> np.ndarray:
-            return g > 0 if relevance_level is None else (g > 0) & (g >= relevance_level)
-
-        exp = _expected(G, binary(G), link, measures, R, idcg)
-        no_link = np.zeros_like(link)
-        G_lo, G_hi = _arranged(G, link, False), _arranged(G, link, True)
-        lo = _expected(G_lo, binary(G_lo), no_link, measures, R, idcg)
-        hi = _expected(G_hi, binary(G_hi), no_link, measures, R, idcg)
+        # As evaluate_lenient: such a query fails, scores 0 and is listed.
+        dq = cq[dup_rows]
+        extra = qrels.queries[dq][~np.isin(qrels.queries[dq], plain.failed_queries)]
         for m in measures:
-            values[m][cand] = exp[m]
-            low[m][cand] = lo[m]
-            high[m][cand] = hi[m]
-            dep[m][cand] = hi[m] - lo[m] > DEPENDENCE_EPS
-        if not groups_closed and K > 1:
-            # Full rows ending in a tie group of >= 2 returned docs: its start
-            # column, compared with each cut-off.
-            ends_tied = ~E[:, -1] & link[:, -1]
-            if ends_tied.any():
-                w = np.flatnonzero(ends_tied)
-                brk = ~link[w]
-                last_break = np.where(brk.any(axis=1), K - 2 - np.argmax(brk[:, ::-1], axis=1), -1)
-                a_last = last_break + 1  # 0-based first column of the last group
-                for m in measures:
-                    trunc[m][cand[w]] = a_last < ks[m]
+            plain.values[m][dq] = 0.0
+        plain = dataclasses.replace(
+            plain,
+            failed_queries=np.concatenate([plain.failed_queries, extra]).astype(object),
+        )
+    hb = hg > 0 if relevance_level is None else (hg > 0) & (hg >= relevance_level)
+    hbf = hb.astype(np.float64)
+    ndcg_ks = sorted({k for m, k in ks.items() if parse_measure(m)[0] == "nDCG"})
+    R, idcg = jud.totals(cq, relevance_level, ndcg_ks)
+
+    # The tie group (if any) of each hit.
+    g_key = g_row * W + g_a
+    h_key = hr * W + hc
+    idx = np.searchsorted(g_key, h_key, side="right") - 1
+    inside = idx >= 0
+    inside[inside] = h_key[inside] < g_row[idx[inside]] * W + g_b[idx[inside]]
+    ng = len(g_row)
+    g_m = g_b - g_a
+    g_r = np.bincount(idx[inside], weights=hbf[inside], minlength=ng)
+    g_s = np.bincount(idx[inside], weights=hg[inside], minlength=ng)
+    tied = g_s > 0
+    single = ~inside
+    ones = np.ones(int(single.sum()), dtype=np.int64)
+
+    exp = _group_values(
+        n,
+        np.concatenate([hr[single], g_row[tied]]),
+        np.concatenate([hc[single], g_a[tied]]),
+        np.concatenate([ones, g_m[tied]]),
+        np.concatenate([hbf[single], g_r[tied]]),
+        np.concatenate([hg[single], g_s[tied]]),
+        measures,
+        R,
+        idcg,
+    )
+    bounds = []
+    for descending in (False, True):
+        col = _arranged_hits(hr, hc, hg, idx, inside, g_a, g_b, descending)
+        bounds.append(
+            _group_values(n, hr, col, np.ones(len(hr), dtype=np.int64), hbf, hg, measures, R, idcg)
+        )
+    lo, hi = bounds
+    for m in measures:
+        values[m][cq] = exp[m]
+        low[m][cq] = lo[m]
+        high[m][cq] = hi[m]
+        dep[m][cq] = hi[m] - lo[m] > DEPENDENCE_EPS
+    if not groups_closed:
+        # A group reaching the last column of a (thus full) row may go on.
+        cut = g_b == K
+        for m in measures:
+            trunc[m][cq[g_row[cut]]] |= g_a[cut] < ks[m]
+    if len(dup_rows):
+        dq = cq[dup_rows]
+        for d in (values, low, high):
+            for m in measures:
+                d[m][dq] = 0.0
+        for d in (dep, trunc):
+            for m in measures:
+                d[m][dq] = False
 
     return TieAwareResult(
-        measures=tuple(measures),
-        query_ids=qrels.queries,
-        values=values,
-        low=low,
-        high=high,
-        tie_dependent=dep,
-        truncated=trunc,
-        plain=plain,
-        tol=t,
-        groups_closed=groups_closed,
+        tuple(measures), qrels.queries, values, low, high, dep, trunc, plain, t, groups_closed
     )

@@ -232,11 +232,12 @@ def test_closed_forms_without_links_equal_the_tie_rule_kernel():
     plain = evaluate(run, qrels, measures)
     qrows = np.arange(len(qrels.queries))
     rows = np.array([list(run.query_ids).index(q) for q in qrels.queries])
-    G, dup = ties._gains(qrels, qrows, run.doc_ids[rows], run.empty[rows])
-    assert dup == -1
-    R, idcg = ties._relevance_totals(qrels, qrows, None, [1, 4, 20, 25])
-    link = np.zeros((len(rows), run.k - 1), dtype=bool)
-    out = ties._expected(G, G > 0, link, measures, R, idcg)
+    jud = ties._Judgements(qrels)
+    hr, hc, hg, dup = jud.hits(qrows, run.doc_ids[rows], run.empty[rows])
+    assert len(dup) == 0 and len(hr) > 0
+    R, idcg = jud.totals(qrows, None, [1, 4, 20, 25])
+    ones = np.ones(len(hr), dtype=np.int64)
+    out = ties._group_values(len(qrows), hr, hc, ones, (hg > 0) * 1.0, hg, measures, R, idcg)
     for m in measures:
         np.testing.assert_allclose(out[m], plain.values[m], rtol=0, atol=1e-14, err_msg=m)
 
@@ -445,7 +446,24 @@ def test_measure_without_tie_aware_form_is_named(monkeypatch):
         tie_aware_evaluate(run, qrels, ["P@1", "nDCGBurges@10"], tol=0.0)
 
 
-def test_duplicate_relevant_doc_beyond_the_cut_off_raises():
-    run = Run.from_arrays(["q"], np.array([[1, 2, 3, 3]]), np.array([[0.5, 0.5, 0.4, 0.3]]))
+def test_duplicate_relevant_doc_in_a_group_crossing_the_cut_off_raises():
+    # Doc 3 twice in the group spanning ranks 2-4: the tie rule's top 2 sees one.
+    run = Run.from_arrays(["q"], np.array([[1, 2, 3, 3]]), np.array([[0.5, 0.4, 0.4, 0.4]]))
+    qrels = Qrels.from_dict({"q": {3: 1}})
+    assert evaluate(run, qrels, ["P@2"]).values["P@2"][0] == 0.0  # no error, no hit
     with pytest.raises(ValueError, match=r"appears twice in the ranking of query 'q'"):
-        tie_aware_evaluate(run, Qrels.from_dict({"q": {3: 1}}), ["P@1"], tol=0.0)
+        tie_aware_evaluate(run, qrels, ["P@2"], tol=0.0)
+
+
+def test_lenient_fails_only_the_query_repeating_a_relevant_doc():
+    run = Run.from_arrays(
+        ["q", "r"],
+        np.array([[1, 2, 3, 3], [1, 2, 3, 4]]),
+        np.array([[0.5, 0.4, 0.4, 0.4], [0.5, 0.4, 0.4, 0.1]]),
+    )
+    qrels = Qrels.from_dict({"q": {3: 1}, "r": {3: 1}})
+    res = tie_aware_evaluate(run, qrels, ["P@2", "HitRate@2"], tol=0.0, lenient=True)
+    assert list(res.plain.failed_queries) == ["q"]
+    assert res.values["P@2"].tolist() == [0.0, 0.25]  # r: doc 3 at rank 2 or 3
+    assert res.plain.values["P@2"].tolist() == [0.0, 0.0]
+    assert res.tie_dependent["P@2"].tolist() == [False, True]
