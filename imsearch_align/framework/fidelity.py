@@ -499,22 +499,35 @@ def _describe_row(
     rtol: float,
     k: int,
 ) -> str:
-    """The first problem of query ``i``'s row, in column order, with a likely cause."""
-    for j in range(len(ids)):
+    """The first problem of query ``i``'s row, with a likely cause.
+
+    Kinds in order of how much they explain (an unknown id, a repeat, a
+    wrong score, a zero inner product), each at its first column; then the
+    row's order and length.
+    """
+    for j in np.flatnonzero(unknown)[:1]:
+        return _diagnose_unknown(truth, i, int(j), int(ids[j]), float(rep[j]), rtol)
+    for j in np.flatnonzero(dup)[:1]:
         rid = int(ids[j])
-        if unknown[j]:
-            return _diagnose_unknown(truth, i, j, rid, float(rep[j]), rtol)
-        if dup[j]:
-            first = int(np.flatnonzero(ids == rid)[0])
-            return f"query {i}: id {rid} returned twice (ranks {first} and {j})"
-        if mismatch[j]:
-            return _diagnose_score(truth, i, rid, float(rep[j]), float(true[j]), rtol)
-        if zero_ip[j]:
+        first = int(np.flatnonzero(ids == rid)[0])
+        return f"query {i}: id {rid} returned twice (ranks {first} and {int(j)})"
+    for j in np.flatnonzero(mismatch)[:1]:
+        rid, r = int(ids[j]), float(rep[j])
+        others = np.flatnonzero(np.abs(true - r) <= tol)
+        others = others[(others != j) & np.isfinite(true[others])]
+        if others.size and not np.isclose(true[j], r, rtol=0, atol=float(tol[j])):
+            o = int(others[0])
             return (
-                f"query {i}, rank {j}: id {rid} shares no term with the query (true inner "
-                f"product 0, reported {rep[j]:.6g}): a sparse collection returns only documents "
-                "with a non-zero inner product, then pads with -1"
+                f"query {i}: id {rid} reported {r:.6g}, true {true[j]:.6g}, which is the true "
+                f"score of id {int(ids[o])} at rank {o}: ids and scores misaligned in the row?"
             )
+        return _diagnose_score(truth, i, rid, r, float(true[j]), rtol)
+    for j in np.flatnonzero(zero_ip)[:1]:
+        return (
+            f"query {i}, rank {int(j)}: id {int(ids[j])} shares no term with the query (true "
+            f"inner product 0, reported {rep[j]:.6g}): a sparse collection returns only "
+            "documents with a non-zero inner product, then pads with -1"
+        )
     if misordered:
         tv = np.where(np.isnan(true), -np.inf, true)
         j = int(np.flatnonzero(tv[1:] > tv[:-1] + tol[1:])[0])
