@@ -187,6 +187,16 @@ class Qrels:
 
     # -- constructors
     @classmethod
+    def _trusted(cls, query_ids: np.ndarray, doc_ids: np.ndarray, relevance: np.ndarray) -> Qrels:
+        """Qrels from arrays already validated by another Qrels (no checks, no copies)."""
+        obj = object.__new__(cls)
+        for name, arr in (("query_ids", query_ids), ("doc_ids", doc_ids), ("relevance", relevance)):
+            arr = np.asarray(arr).view()
+            arr.setflags(write=False)
+            object.__setattr__(obj, name, arr)
+        return obj
+
+    @classmethod
     def from_frame(
         cls,
         df: pd.DataFrame,
