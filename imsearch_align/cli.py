@@ -109,12 +109,15 @@ class _Parser(argparse.ArgumentParser):
         super().__init__(*a, **kw)
 
 
-def _plugin_parent() -> argparse.ArgumentParser:
+def _plugin_parent(*, top: bool) -> argparse.ArgumentParser:
+    """``--plugin``, accepted before and after the command; the sub-command's copy
+    has no default, so it never erases modules given before the command."""
     p = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
     p.add_argument(
         "--plugin",
         action="append",
         metavar="MODULE",
+        default=None if top else argparse.SUPPRESS,
         help="import MODULE first: it registers stores, methods, encoders, datasets or tasks "
         "(repeatable; also IMSEARCH_ALIGN_PLUGINS=mod1,mod2)",
     )
@@ -365,11 +368,11 @@ def _add_tool_commands(sub: Any, parents: list[argparse.ArgumentParser]) -> None
 
 def build_parser() -> argparse.ArgumentParser:
     """The ``imsearch-align`` argument parser."""
-    plugin = _plugin_parent()
+    plugin = _plugin_parent(top=False)
     p = argparse.ArgumentParser(
         prog="imsearch-align",
         allow_abbrev=False,
-        parents=[plugin],
+        parents=[_plugin_parent(top=True)],
         description="How well do aligned image-text embedding spaces search in real vector stores, and how fast?",
     )
     p.add_argument("-v", "--verbose", action="count", default=0, help="log more (-vv: debug)")

@@ -71,7 +71,11 @@ def test_in_memory_inputs_are_recorded_by_content_digest():
     ca = ExperimentConfig(dataset="hf", dataset_params={"data": a})
     cb = ExperimentConfig(dataset="hf", dataset_params={"data": b})
     rec = ca.to_dict()["dataset_params"]["data"]
-    assert rec["type"] == "DataFrame" and rec["shape"] == [2, 2] and rec["digest"].startswith("sha256:")
+    assert (
+        rec["type"] == "DataFrame"
+        and rec["shape"] == [2, 2]
+        and rec["digest"].startswith("sha256:")
+    )
     # Same shape, different content: different keys (repr-based keys collided).
     assert ca.key() != cb.key()
     assert ExperimentConfig(dataset="hf", dataset_params={"data": a.copy()}).key() == ca.key()
@@ -83,7 +87,9 @@ def test_in_memory_inputs_are_recorded_by_content_digest():
 
 
 def test_secrets_never_reach_the_record():
-    cfg = ExperimentConfig(store="milvus", store_params={"uri": "http://127.0.0.1:1", "token": "root:Milvus"})
+    cfg = ExperimentConfig(
+        store="milvus", store_params={"uri": "http://127.0.0.1:1", "token": "root:Milvus"}
+    )
     d = cfg.to_dict()
     assert d["store_params"] == {"uri": "http://127.0.0.1:1", "token": "***"}
     assert "root:Milvus" not in str(d)

@@ -22,7 +22,9 @@ DATA = Path(__file__).parent / "data"
 
 
 def _result(**kw) -> ExperimentResult:
-    cfg = ExperimentConfig(dataset="synthetic", method="csa", store="exact", n_support=50, k_values=(1, 5))
+    cfg = ExperimentConfig(
+        dataset="synthetic", method="csa", store="exact", n_support=50, k_values=(1, 5)
+    )
     ranking = RankingResult(
         name="t2i",
         metrics={"HitRate@1": 0.25, "HitRate@5": 0.5, "R@1": 0.125, "nDCG@5": float("nan")},
@@ -86,7 +88,9 @@ def test_unknown_schema_version_is_named(tmp_path):
     d["schema_version"] = 7
     p = tmp_path / "r.json"
     p.write_text(json.dumps(d))
-    with pytest.raises(ResultSchemaError, match=r"schema_version 7.*reads schema versions \[1, 2\]"):
+    with pytest.raises(
+        ResultSchemaError, match=r"schema_version 7.*reads schema versions \[1, 2\]"
+    ):
         ExperimentResult.load(p)
     p.write_text(json.dumps({"hello": 1}))
     with pytest.raises(ResultSchemaError, match="not an imsearch-align result"):

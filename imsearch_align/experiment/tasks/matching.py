@@ -160,10 +160,13 @@ class Matching(Task):
         i2t = runs["i2t"]
         best[np.asarray(i2t.query_ids, dtype=np.int64)] = i2t.doc_ids[:, 0]
         top1 = float(np.mean(best == idx))
+        # An edge found from both sides appears twice with the same score: keep one
+        # (a sparse matrix would sum them).
+        _, first = np.unique(r * n + c, return_index=True)
+        r, c, v = r[first], c[first], v[first]
         # Maximise the summed score == minimise sum(C - score) over a full matching (C > max).
         weights = (v.max() + 1.0) - v
-        G = sp.coo_matrix((weights, (r, c)), shape=(n, n)).tocsr()
-        G.sum_duplicates()
+        G = sp.csr_matrix((weights, (r, c)), shape=(n, n))
         try:
             _, matched = min_weight_full_bipartite_matching(G)
         except ValueError:

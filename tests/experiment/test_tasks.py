@@ -1,0 +1,217 @@
+"""Every task end to end with a known answer, in Python and through the CLI.
+
+The data (tests/experiment/tiny_tasks_plugin.py) is built so that, with the
+``identity`` method, each task's answer is known exactly: zero-shot
+accuracy 1, multi-label mAP 1, a separable linear probe, one-to-one
+matching 1, and retrieval captioning that finds an identical caption
+(BLEU-4 = 100).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parent))
+import tiny_tasks_plugin
+
+from imsearch_align.experiment import ExperimentConfig, run_experiment
+from imsearch_align.experiment.tasks import TaskUnsupportedError
+from imsearch_align.experiment.tasks.matching import hungarian_accuracy
+from imsearch_align.framework.registry import TASKS
+
+CLASSES = {"kind": "classes"}
+ITEMS = {"kind": "items", "n_items": 20}
+
+
+def _cfg(
+    task: str, dataset_params: dict, *, text_params: dict | None = None, **kw
+) -> ExperimentConfig:
+    return ExperimentConfig(
+        dataset="tiny-tasks",
+        dataset_params=dataset_params,
+        image_encoder=None,
+        text_encoder="bow-test",
+        text_encoder_params=text_params or {},
+        method="identity",
+        store="exact",
+        task=task,
+        cache_dir=None,
+        k_values=(1, 5),
+        **kw,
+    )
+
+
+def test_every_task_is_registered():
+    assert set(TASKS.names()) >= {
+        "retrieval",
+        "classification",
+        "matching",
+        "multilabel",
+        "linear_probe",
+        "captioning",
+    }
+
+
+def test_classification_on_separable_prompts_is_exact():
+    r = run_experiment(_cfg("classification", CLASSES), progress=False)
+    assert r.status.ok
+    assert r.metric("classification/acc1") == 1.0 and r.metric("classification/acc5") == 1.0
+    assert r.metric("classification/mean_per_class_recall") == 1.0
+    assert "not zero-shot" in r.task.details["protocol"]
+
+
+def test_multilabel_map_is_one_when_each_image_is_its_label_set():
+    r = run_experiment(_cfg("multilabel", {**CLASSES, "multi": True}), progress=False)
+    assert r.metric("multilabel/mAP") == pytest.approx(1.0, abs=1e-12)
+    # Every image's two classes rank first: P@2 would be 1; at k=1 precision is 1, R@1 0.5.
+    assert r.metric("multilabel/P@1") == 1.0 and r.metric("multilabel/R@1") == pytest.approx(0.5)
+
+
+def test_linear_probe_separates_separable_classes_raw_and_aligned():
+    r = run_experiment(_cfg("linear_probe", CLASSES), progress=False)
+    for space in ("raw", "aligned"):
+        assert r.metric(f"linear_probe/{space}_acc1") == 1.0
+        assert r.metric(f"linear_probe/{space}_acc5") == 1.0
+
+
+def test_matching_on_identical_spaces_is_exact_dense_and_through_the_store():
+    tp = {"kind": "items", "n_items": 20}
+    dense = run_experiment(
+        _cfg("matching", {**ITEMS, "twins": False}, text_params=tp), progress=False
+    )
+    assert (
+        dense.metric("matching/accuracy") == 1.0 and dense.metric("matching/top1_accuracy") == 1.0
+    )
+    sparse = run_experiment(
+        _cfg(
+            "matching",
+            {**ITEMS, "twins": False},
+            text_params=tp,
+            task_params={"dense_limit": 4, "candidates": 3},
+        ),
+        progress=False,
+    )
+    assert sparse.metric("matching/accuracy") == 1.0
+    assert "store candidates" in sparse.task.details["path"]
+
+
+def test_hungarian_beats_greedy_on_a_known_matrix():
+    # Greedy argmax sends both rows to column 0; the assignment must use the diagonal.
+    s = np.array([[0.9, 0.8], [0.85, 0.1]])
+    acc, assigned = hungarian_accuracy(s)
+    assert acc == 0.0 and assigned.tolist() == [1, 0]  # max-sum = 0.8 + 0.85
+    acc, _ = hungarian_accuracy(np.eye(5) + 0.01)
+    assert acc == 1.0
+
+
+def test_captioning_finds_the_identical_twin_caption():
+    tp = {"kind": "items", "n_items": 20}
+    r = run_experiment(_cfg("captioning", ITEMS, text_params=tp), progress=False)
+    assert r.metric("captioning/bleu4") == pytest.approx(100.0)
+    assert r.task.details["n_images"] == 20
+
+
+@pytest.mark.parametrize(
+    "task, params, needle",
+    [
+        ("multilabel", CLASSES, "needs label sets"),
+        ("classification", {**ITEMS}, "needs class labels"),
+        ("linear_probe", {**ITEMS}, "needs class labels"),
+    ],
+)
+def test_a_task_the_dataset_cannot_serve_fails_before_encoding(task, params, needle):
+    tiny_tasks_plugin.ENCODE_CALLS.clear()
+    with pytest.raises(TaskUnsupportedError, match=needle):
+        run_experiment(
+            _cfg(task, params, text_params={"kind": params.get("kind", "classes")}), progress=False
+        )
+    assert tiny_tasks_plugin.ENCODE_CALLS == []
+
+
+def test_unknown_task_and_task_param():
+    from imsearch_align.experiment import ConfigError
+    from imsearch_align.framework.registry import UnknownNameError
+
+    with pytest.raises(UnknownNameError, match="Did you mean 'matching'"):
+        run_experiment(_cfg("matchin", CLASSES), progress=False)
+    with pytest.raises(ConfigError, match="did you mean 'candidates'"):
+        run_experiment(_cfg("matching", CLASSES, task_params={"candidate": 3}), progress=False)
+
+
+def _cli(*args: str, cwd: Path) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).parent), "HF_HUB_OFFLINE": "1"}
+    return subprocess.run(
+        [sys.executable, "-m", "imsearch_align.cli", "--plugin", "tiny_tasks_plugin", *args],
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+        env=env,
+        timeout=300,
+    )
+
+
+@pytest.mark.parametrize(
+    "task, dparams, tparams, metric, want",
+    [
+        (
+            "retrieval",
+            ["kind=items", "n_items=10", "twins=false"],
+            ["kind=items", "n_items=10"],
+            "t2i/HitRate@1",
+            1.0,
+        ),
+        ("classification", ["kind=classes"], [], "classification/acc1", 1.0),
+        ("multilabel", ["kind=classes", "multi=true"], [], "multilabel/mAP", 1.0),
+        ("linear_probe", ["kind=classes"], [], "linear_probe/aligned_acc1", 1.0),
+        (
+            "matching",
+            ["kind=items", "n_items=10", "twins=false"],
+            ["kind=items", "n_items=10"],
+            "matching/accuracy",
+            1.0,
+        ),
+        (
+            "captioning",
+            ["kind=items", "n_items=10"],
+            ["kind=items", "n_items=10"],
+            "captioning/bleu4",
+            100.0,
+        ),
+    ],
+)
+def test_every_task_through_the_cli(task, dparams, tparams, metric, want, tmp_path):
+    args = ["eval", "--task", task, "--dataset", "tiny-tasks", "--image-encoder", "none",
+            "--text-encoder", "bow-test", "--method", "identity", "--store", "exact",
+            "--cache-dir", "none", "--no-progress", "--k", "1", "5", "--output-dir", str(tmp_path)]  # fmt: skip
+    for p in dparams:
+        args += ["--dataset-param", p]
+    for p in tparams:
+        args += ["--text-encoder-param", p]
+    p = _cli(*args, cwd=tmp_path)
+    assert p.returncode == 0, p.stderr + p.stdout
+    (path,) = [f for f in tmp_path.glob("*.json")]
+    res = json.loads(path.read_text())
+    assert res["status"]["state"] == "ok" and res["task"]["task"] == task
+    assert res["metrics"][metric] == pytest.approx(want)
+    assert task in p.stdout
+
+
+def test_list_tasks_names_each_task_and_its_source(tmp_path):
+    p = _cli("list", "tasks", cwd=tmp_path)
+    assert p.returncode == 0, p.stderr
+    for name in (
+        "retrieval",
+        "classification",
+        "matching",
+        "multilabel",
+        "linear_probe",
+        "captioning",
+    ):
+        assert name in p.stdout
