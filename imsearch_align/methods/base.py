@@ -1,6 +1,6 @@
 """Shared estimator plumbing for the alignment methods.
 
-Every method is a scikit-learn style estimator (see ``DESIGN.md``):
+Every method is a scikit-learn style estimator (see ``docs/architecture.md``):
 
 * ``__init__`` stores its parameters and nothing else;
 * ``fit(image_emb, text_emb)`` validates the paired support set, learns
