@@ -233,12 +233,13 @@ def main(argv: list[str] | None = None) -> int:
 
 def _write_reports(ok: list[tuple[str, ExperimentResult]], out: Path) -> None:
     """Leaderboard (CSV + Markdown), the learning curve and, across stores, recall vs QPS."""
+    from imsearch_align.framework.atomic import atomic_write
     from imsearch_align.leaderboard import results_frame, to_markdown
     from imsearch_align.plots import learning_curve, recall_vs_qps
 
     df = results_frame([r for _, r in ok])
-    df.to_csv(out / "benchmark.csv", index=False)
-    (out / "leaderboard.md").write_text(to_markdown(df))
+    atomic_write(out / "benchmark.csv", df.to_csv(index=False))
+    atomic_write(out / "leaderboard.md", to_markdown(df))
     # Quality does not depend on an exact store: one curve per method, from
     # the first store; throughput against quality compares the stores.
     first = ok[0][0]

@@ -22,6 +22,8 @@ import time
 import traceback
 from pathlib import Path
 
+from imsearch_align.framework.atomic import atomic_write
+
 HERE = Path(__file__).resolve().parent
 SECTIONS = ["evaluator", "stores", "methods", "encoders", "diagnostics"]
 
@@ -34,21 +36,12 @@ def machine() -> dict:
         "processor": platform.processor(),
         "cpu_count": os.cpu_count(),
     }
-    try:
-        import numpy as np
+    import numpy as np
 
-        info["numpy"] = np.__version__
-        from threadpoolctl import threadpool_info
+    from imsearch_align.experiment.provenance import blas_info
 
-        info["blas"] = [
-            {
-                k: d.get(k)
-                for k in ("internal_api", "version", "num_threads", "architecture", "filepath")
-            }
-            for d in threadpool_info()
-        ]
-    except Exception as exc:  # the table is still useful without BLAS details
-        info["blas_error"] = str(exc)
+    info["numpy"] = np.__version__
+    info["blas"] = blas_info()  # no library file paths: they name this machine's folders
     for name in ("OPENBLAS_CORETYPE", "OMP_NUM_THREADS"):
         if name in os.environ:
             info[name] = os.environ[name]
@@ -98,9 +91,7 @@ def main(argv: list[str] | None = None) -> int:
         res["when"] = time.strftime("%Y-%m-%dT%H:%M:%S%z")
         data["sections"][name] = res
         rows.extend(res["rows"])
-        tmp = out_path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(data, indent=2, default=float))
-        os.replace(tmp, out_path)
+        atomic_write(out_path, json.dumps(data, indent=2, default=float))
     print(format_table(rows))
     print(f"\nwritten: {out_path}")
     return 1 if failed else 0

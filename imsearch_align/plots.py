@@ -137,10 +137,9 @@ def _new_figure(figsize: tuple[float, float] = (7.5, 4.8)):
 
 
 def _save(fig: Any, out_path: str | os.PathLike) -> Path:
-    path = Path(out_path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, format="png")
-    return path
+    from imsearch_align.framework.atomic import atomic_write
+
+    return atomic_write(Path(out_path), lambda f: fig.savefig(f, format="png"))
 
 
 def learning_curve(
