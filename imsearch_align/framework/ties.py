@@ -15,9 +15,10 @@ depend on that order:
   "anchor on the group's first score" rule would (the anchor is itself a
   rounded score, so the boundary would move with it). A chain may span more
   than ``tol``; each link is a pair that float32 rounding cannot order. The
-  comparison is made in float64 on the stored scores, so it is exact and
-  deterministic. No-hit cells (doc ``-1``) are not documents and are never
-  in a group. The default tolerance is :func:`default_tolerance`.
+  comparison is made in float64 on the stored scores (the difference of two
+  float32 scores is exact there), so it is deterministic. No-hit cells (doc
+  ``-1``) are not documents and are never in a group. The default tolerance
+  is :func:`default_tolerance`.
 * **Expected measures** (:func:`tie_aware_evaluate`). Each measure is
   averaged over all orderings of the members of every tie group, each
   ordering equally likely and groups independent (McSherry and Najork,
@@ -64,11 +65,11 @@ depend on that order:
   cut-off the group reaches. With ``groups_closed=True`` the caller states
   that the run was extended until every group reaching a cut-off closed (an
   exact store searched deeper, see :func:`open_tie_groups`); this is checked:
-  a row that shows no score outside the group after it, while full, raises.
-  A full row whose last returned document is alone in its group may still
-  tie with the first unreturned one; the run cannot show that, so it is not
-  flagged (only ``groups_closed=True``, which demands the closing score,
-  rules it out).
+  a full row that does not show the group holding the largest cut-off
+  closing (a later returned score outside it) raises. A full row whose last
+  returned document is alone in its group may still tie with the first
+  unreturned one; the run cannot show that, so it is not flagged (only
+  ``groups_closed=True``, which demands the closing score, rules it out).
 """
 
 from __future__ import annotations
@@ -614,7 +615,7 @@ def _group_values(
     ``r`` (binary) and gain sum ``s``. Groups without a positive gain add
     nothing and may be left out, so a row is described by its relevant
     singletons and the tie groups holding relevant docs. With every group a
-    singleton this is the tie-rule value, with the tie-rule kernel's operations.
+    singleton this is the tie-rule value (to rounding).
     """
     order = np.lexsort((g_a, g_row))
     g_row, g_a, g_m, g_r, g_s = (x[order] for x in (g_row, g_a, g_m, g_r, g_s))
@@ -811,9 +812,10 @@ def tie_aware_evaluate(
         else:
             open_rows = np.unique(g_run[(g_a <= kmax - 1) & (g_b == K)])
         if len(open_rows):
+            more = f" (and {len(open_rows) - 1} more)" if len(open_rows) > 1 else ""
             raise ValueError(
                 "tie_aware_evaluate: groups_closed=True, but the ranking of query "
-                f"{py_scalar(run.query_ids[open_rows[0]])!r} (and {len(open_rows) - 1} more) "
+                f"{py_scalar(run.query_ids[open_rows[0]])!r}{more} "
                 f"is full and does not show the tie group at rank {kmax} closing: the store "
                 "may hold more of it. Search deeper for those queries (open_tie_groups) "
                 "or pass groups_closed=False"
