@@ -1,38 +1,48 @@
-"""plots: learning curves and recall-vs-QPS figures are written, readable PNGs."""
+"""plots: learning curves and recall-vs-QPS figures from typed results are readable PNGs."""
 
 from __future__ import annotations
 
-import json
-
 import pytest
 
+from imsearch_align.experiment import ExperimentConfig, ExperimentResult, RankingResult, TaskResult
+from imsearch_align.experiment.result import DatasetInfo, RunStatus, SearchTimings
 from imsearch_align.plots import learning_curve, metric_label, recall_vs_qps
 
 PIL = pytest.importorskip("PIL.Image")
 
 
-def fake_result(method: str, n: int, r1: float, *, store: str = "faiss", store_params=None, qps=1000.0,
-                fidelity: float | None = None) -> dict:  # fmt: skip
-    metrics = {"t2i/R@1": r1, "t2i/R@10": min(1.0, r1 + 0.2)}
-    if fidelity is not None:
-        metrics["t2i/ann_recall@10"] = fidelity
-    return {
-        "config": {
-            "dataset": "synthetic",
-            "method": method,
-            "method_params": {},
-            "store": store,
-            "store_params": store_params or {},
-            "n_support": n,
-            "image_encoder": None,
-            "text_encoder": None,
-            "task": "retrieval",
-        },
-        "dataset": {"n_support_pairs": n},
-        "tasks": {"t2i": {"intervals": {"R@1": [r1 - 0.04, r1 + 0.04]}}},
-        "metrics": metrics,
-        "timings": {"t2i_queries_per_s": qps},
-    }
+def fake_result(
+    method: str,
+    n: int,
+    hit1: float,
+    *,
+    store: str = "faiss",
+    store_params: dict | None = None,
+    qps: float | None = 1000.0,
+    fidelity: float | None = None,
+) -> ExperimentResult:
+    cfg = ExperimentConfig(
+        dataset="synthetic",
+        method=method,
+        store=store,
+        store_params=store_params or {},
+        n_support=n,
+        image_encoder=None,
+        text_encoder=None,
+        cache_dir=None,
+    )
+    t2i = RankingResult(
+        "t2i",
+        metrics={"HitRate@1": hit1, "HitRate@10": min(1.0, hit1 + 0.2), "R@1": hit1 / 2},
+        intervals={"HitRate@1": (hit1 - 0.04, hit1 + 0.04)},
+        timings=SearchTimings(queries_per_s=qps),
+        fidelity={} if fidelity is None else {"ann_recall@10": fidelity},
+    )
+    return ExperimentResult(
+        config=cfg,
+        dataset=DatasetInfo("synthetic", n_support_pairs=n),
+        task=TaskResult("retrieval", {"t2i": t2i}),
+    )
 
 
 @pytest.fixture
@@ -41,9 +51,11 @@ def curve_results():
     for n, a, b in ((100, 0.2, 0.3), (1000, 0.45, 0.5), (10000, 0.6, 0.55)):
         out += [fake_result("csa", n, a), fake_result("asif", n, b)]
     out.append(fake_result("identity", 100, 0.7))  # the jointly trained reference
-    out.append(
-        {"config": {"method": "cka", "store": "faiss"}, "error": "boom"}
-    )  # failed cells are left out
+    failed = ExperimentResult(
+        config=ExperimentConfig(method="cka", store="faiss"),
+        status=RunStatus("failed", error="boom"),
+    )
+    out.append(failed)  # failed cells are left out
     return out
 
 
@@ -56,20 +68,28 @@ def _check_png(path, min_kb: float = 20):
 
 
 def test_learning_curve_png(tmp_path, curve_results):
-    path = learning_curve(curve_results, "t2i/R@1", out_path=tmp_path / "sub" / "lc.png")
+    path = learning_curve(curve_results, "t2i/HitRate@1", out_path=tmp_path / "sub" / "lc.png")
     assert path == tmp_path / "sub" / "lc.png"
     _check_png(path)
 
 
 def test_learning_curve_from_files(tmp_path, curve_results):
     for i, r in enumerate(curve_results):
-        (tmp_path / f"r{i}.json").write_text(json.dumps(r))
-    _check_png(learning_curve(tmp_path, "t2i/R@10", out_path=tmp_path / "lc.png"))
+        (tmp_path / f"r{i}.json").write_text(r.to_json())
+    _check_png(learning_curve(tmp_path, "t2i/HitRate@10", out_path=tmp_path / "lc.png"))
+
+
+def test_learning_curve_only_failed_results_is_an_error(tmp_path, curve_results):
+    with pytest.raises(ValueError, match="at least one successful result"):
+        learning_curve(curve_results[-1:], "t2i/HitRate@1", out_path=tmp_path / "x.png")
+    with pytest.raises(TypeError, match="ExperimentResult objects or paths"):
+        learning_curve([{"config": {}}], "t2i/HitRate@1", out_path=tmp_path / "x.png")
+    assert not (tmp_path / "x.png").exists()
 
 
 def test_learning_curve_unknown_metric_names_the_available_ones(tmp_path, curve_results):
-    with pytest.raises(ValueError, match=r"metric 't2i/R@2'.*Did you mean.*t2i/R@1"):
-        learning_curve(curve_results, "t2i/R@2", out_path=tmp_path / "x.png")
+    with pytest.raises(ValueError, match=r"metric 't2i/HitRate@2'.*Did you mean.*t2i/HitRate@1"):
+        learning_curve(curve_results, "t2i/HitRate@2", out_path=tmp_path / "x.png")
     assert not (tmp_path / "x.png").exists()
 
 
@@ -82,18 +102,20 @@ def test_recall_vs_qps_png(tmp_path):
     ]
     rs += [fake_result("csa", 1000, 0.5, store="exact", qps=800.0, fidelity=1.0)]
     _check_png(recall_vs_qps(rs, tmp_path / "qps.png"))
-    # Without fidelity numbers the default y is R@10.
+    # Without fidelity numbers the default y is HitRate@10.
     plain = [fake_result("csa", 1000, 0.5, qps=q) for q in (100.0, 1000.0)]
     _check_png(recall_vs_qps(plain, tmp_path / "qps2.png"), min_kb=10)
 
 
 def test_recall_vs_qps_needs_timings(tmp_path):
-    r = fake_result("csa", 10, 0.5)
-    r["timings"] = {}
-    with pytest.raises(ValueError, match="t2i_queries_per_s"):
+    # A result resumed entirely from checkpoints has no speed: it cannot be a point.
+    r = fake_result("csa", 10, 0.5, qps=None)
+    with pytest.raises(ValueError, match=r"timed 't2i' ranking \(queries/s\)"):
         recall_vs_qps([r], tmp_path / "q.png")
+    assert not (tmp_path / "q.png").exists()
 
 
 def test_metric_label():
-    assert metric_label("t2i/R@1") == "text→image R@1"
+    assert metric_label("t2i/HitRate@1") == "text→image HitRate@1"
+    assert metric_label("t2i/R@1") == "text→image IR R@1"
     assert metric_label("classification/acc1") == "zero-shot classification acc1"
