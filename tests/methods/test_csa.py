@@ -123,38 +123,73 @@ def test_sim_dim_wrong_type(correlated_pairs):
         CSA(2.5).fit(X, Y)
 
 
-def test_fewer_pairs_than_dimensions_says_so_and_suggests_eps_and_sim_dim(correlated_pairs):
+def test_explicit_small_eps_with_fewer_pairs_than_dimensions_says_so(correlated_pairs):
     X, Y = correlated_pairs(20, 30, 9)
     with pytest.raises(
         ValueError,
         match=r"CCA needs more support pairs than dimensions: got 20 pairs but image_emb has "
-        r"dimension 30.*eps >= 0.001.*sim_dim <= 19",
+        r"dimension 30.*eps >= 0.001.*leave eps unset.*sim_dim <= 19",
     ):
-        CSA(5).fit(X, Y)
+        CSA(5, eps=1e-8).fit(X, Y)
     with pytest.raises(ValueError, match="more support pairs than dimensions"):
         CSA(5, backend="cca_zoo", eps=0.1).fit(X, Y)
+
+
+def test_default_adds_a_ridge_only_when_needed_and_works_with_few_pairs():
+    from imsearch_align.datasets.synthetic import make_synthetic_pairs
+    from imsearch_align.methods.csa import AUTO_EPS
+
+    # 40 support pairs of 96-d images / 64-d texts (N < d), 300 test pairs.
+    p = make_synthetic_pairs(340, d_latent=8, d_image=96, d_text=64, noise=0.6, seed=3)
+    Xs, Ys = p.image_emb[:40], p.text_emb[:40]
+    Xt, Yt = p.image_emb[40:], p.text_emb[40:]
+    m = CSA().fit(Xs, Ys)
+    assert m.eps_ == AUTO_EPS and m.sim_dim_ == 39
+    S = m.similarity(Xt, Yt)
+    r1 = np.mean(np.argmax(S.T, axis=1) == np.arange(300))  # text -> image R@1
+    assert r1 > 10 / 300  # chance is 1/300
+    # The default is exactly the ridge CCA it says it is.
+    ref = CSA(eps=AUTO_EPS).fit(Xs, Ys)
+    np.testing.assert_array_equal(m.weights_image_, ref.weights_image_)
+
+
+def test_default_equals_plain_csa_when_pairs_are_plenty(big_pairs):
+    X, Y = big_pairs
+    m = CSA(8).fit(X, Y)
+    assert m.eps_ == 1e-8
+    plain = CSA(8, eps=1e-8).fit(X, Y)
+    np.testing.assert_array_equal(m.weights_image_, plain.weights_image_)
+    np.testing.assert_array_equal(m.canonical_correlations_, plain.canonical_correlations_)
+    # ... and matches unregularised CCA to round-off.
+    np.testing.assert_allclose(
+        m.similarity(X[:20], Y[:30]),
+        CSA(8, eps=0.0).fit(X, Y).similarity(X[:20], Y[:30]),
+        atol=1e-6,
+    )
 
 
 def test_regularised_fit_with_few_pairs_is_allowed_and_sim_dim_bounded_by_pairs(correlated_pairs):
     X, Y = correlated_pairs(20, 30, 25)
     m = CSA(5, eps=0.1).fit(X, Y)
-    assert np.all(np.isfinite(m.similarity(X, Y)))
+    assert np.all(np.isfinite(m.similarity(X, Y))) and m.eps_ == 0.1
     with pytest.raises(ValueError, match=r"sim_dim must be in \[1, 19\].*use a smaller sim_dim"):
         CSA(22, eps=0.1).fit(X, Y)
 
 
-def test_singular_covariance_without_ridge_raises(correlated_pairs):
+def test_singular_covariance_without_ridge_raises_and_default_regularises(correlated_pairs):
     X, Y = correlated_pairs(200, 6, 5)
     X = np.column_stack([X, X[:, 0]])  # a duplicated feature
     with pytest.raises(ValueError, match=r"image_emb: the support covariance is singular.*eps"):
         CSA(3, eps=0.0).fit(X, Y)
     assert CSA(3, eps=1e-3).fit(X, Y).canonical_correlations_[0] <= 1
+    m = CSA(3).fit(X, Y)
+    assert m.eps_ == 0.1 and np.all(np.isfinite(m.similarity(X[:5], Y[:5])))
 
 
 @pytest.mark.parametrize(
     ("kwargs", "exc", "msg"),
     [
-        ({"eps": -1.0}, ValueError, "eps must be a finite float >= 0"),
+        ({"eps": -1.0}, ValueError, "eps must be a finite float >= 0 or None"),
         ({"eps": "x"}, TypeError, "eps must be a float"),
         ({"backend": "torch"}, ValueError, "backend must be 'numpy' or 'cca_zoo', got 'torch'"),
     ],
