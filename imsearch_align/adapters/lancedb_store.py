@@ -67,6 +67,11 @@ class LanceDBStore(BaseStore):
     """
 
     supports_sparse = False
+    #: Checked by the conformance kit's concurrent-search test (flat and
+    #: IVF): searches only read the table, LanceDB's reads are thread-safe.
+    thread_safe = True
+    #: The client library and the Arrow it hands data through.
+    provenance_packages = ("lancedb", "pyarrow")
 
     def __init__(
         self,

@@ -621,6 +621,7 @@ STORES = Registry(
         "imsearch_align.adapters.faiss_store",
         "imsearch_align.adapters.milvus_store",
         "imsearch_align.adapters.lancedb_store",
+        "imsearch_align.adapters.qdrant_store",
     ),
     group="imsearch_align.stores",
     check=store_protocol_problems,

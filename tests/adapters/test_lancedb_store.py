@@ -42,8 +42,20 @@ class TestLanceDBIvfConformance(StoreConformance):
         return lambda: LanceDBStore(tmp_path / "lance_ivf", index="ivf_flat", nlist=16, nprobe=8)
 
 
-def test_registered_as_lancedb() -> None:
+def test_registered_as_lancedb_with_declarations() -> None:
     assert STORES.get("lancedb") is LanceDBStore
+    assert LanceDBStore.thread_safe is True
+    assert LanceDBStore.provenance_packages == ("lancedb", "pyarrow")
+
+
+def test_provenance_records_the_client_versions(tmp_path: Path) -> None:
+    from importlib.metadata import version
+
+    with LanceDBStore(tmp_path / "db") as s:
+        if not hasattr(s, "provenance"):
+            pytest.skip("BaseStore.provenance() is not in this tree yet")
+        prov = s.provenance()
+    assert prov["packages"] == {"lancedb": version("lancedb"), "pyarrow": version("pyarrow")}
 
 
 def test_bad_parameters(tmp_path: Path) -> None:
