@@ -86,10 +86,11 @@ from imsearch_align.framework.metrics import (
     Run,
     _as_id_array,
     _index_of,
+    _unsorted_rows_serial,
     evaluate_lenient,
     py_scalar,
 )
-from imsearch_align.framework.validation import check_int, check_matrix, is_sparse
+from imsearch_align.framework.validation import check_float, check_int, check_matrix, is_sparse
 
 __all__ = [
     "DEFAULT_MEASURES",
@@ -257,18 +258,19 @@ class BenchmarkResult:
     @cached_property
     def per_query(self) -> pd.DataFrame:
         """One row per qrels query: id, measures, missing/failed flags, error, metadata."""
-        df = self.evaluation.per_query.copy()
-        qids = df["query_id"].to_numpy()
-        df["failed"] = np.isin(qids, self.failed_queries) if self.n_failed else False
+        cols = self.evaluation._columns()
+        qids = self.evaluation.query_ids
+        cols.setdefault("failed", np.zeros(len(qids), dtype=bool))
         if self.errors:
-            df["error"] = df["query_id"].map(self.errors)
+            cols["error"] = [self.errors.get(q) for q in qids.tolist()]
         if self.metadata is not None and len(self.metadata.columns):
             idx = self.metadata.index.to_numpy()
             aligned = len(idx) == len(qids) and np.array_equal(idx, qids)
             md = self.metadata if aligned else self.metadata.reindex(qids)
             for c in md.columns:
-                df[c] = md[c].to_numpy()
-        return df
+                if c not in cols:
+                    cols[c] = md[c].array  # as stored: no per-column conversion
+        return pd.DataFrame(cols)
 
     def summary(self) -> pd.DataFrame:
         """Measure, mean, 95% CI low/high, as a DataFrame (one row a measure)."""
@@ -337,6 +339,8 @@ class _Batch:
     #: Local row -> error text, for rows of an otherwise good answer.
     row_errors: dict[int, str] = field(default_factory=dict)
     n_unsorted: int = 0
+    #: Local rows not in the canonical order (score desc, id asc, no-hits last): re-sorted.
+    reorder: np.ndarray | None = None
     #: Hits per row, kept for a dense collection of unknown size (see ``_Context.check_rows``).
     n_hits: np.ndarray | None = None
 
@@ -482,8 +486,8 @@ class BenchmarkEvaluator:
         self.batch_size = check_int(batch_size, "batch_size", low=1)
         self.workers = check_int(workers, "workers", low=1)
         self.retries = check_int(retries, "retries", low=0)
-        self.retry_backoff_s = _check_seconds(retry_backoff_s, "retry_backoff_s")
-        self.max_backoff_s = _check_seconds(max_backoff_s, "max_backoff_s")
+        self.retry_backoff_s = check_float(retry_backoff_s, "retry_backoff_s", low=0)
+        self.max_backoff_s = check_float(max_backoff_s, "max_backoff_s", low=0)
         self.retry_budget = (
             None if retry_budget is None else check_int(retry_budget, "retry_budget", low=0)
         )
@@ -593,14 +597,22 @@ class BenchmarkEvaluator:
         if qid_col.isna().any():
             row = int(np.flatnonzero(qid_col.isna().to_numpy())[0])
             raise ValueError(f"df column {query_id_col!r} has a missing query id in row {row}")
-        codes, uniques = pd.factorize(qid_col.to_numpy())
+        # Factorised on the column itself: an arrow-backed string column is
+        # hashed natively instead of being converted to Python objects first.
+        codes, uniques = pd.factorize(qid_col)
         codes = codes.astype(np.int64, copy=False)
-        labels = _as_id_array(np.asarray(uniques), f"df column {query_id_col!r}")
+        uniq = np.asarray(uniques, dtype=None if uniques.dtype.kind in "iuf" else object)
+        labels = _as_id_array(uniq, f"df column {query_id_col!r}")
         n_q = len(labels)
         # Codes number the ids in order of first appearance: the first row of
         # each id is where its code first occurs.
         first = np.flatnonzero(np.r_[True, codes[1:] > np.maximum.accumulate(codes)[:-1]])
-        texts = [str(t) for t in df[query_col].to_numpy()[first].tolist()]
+        text_col = df[query_col].take(first)
+        texts = text_col.tolist()
+        if not pd.api.types.is_string_dtype(text_col.dtype) or (
+            text_col.dtype == object and pd.api.types.infer_dtype(texts) != "string"
+        ):
+            texts = [str(t) for t in texts]
         vectors = embed(texts)
         if qrels is None:
             qrels_c = Qrels(codes, df[doc_id_col].to_numpy(), df[relevance_col].to_numpy())
@@ -759,7 +771,16 @@ class BenchmarkEvaluator:
         for i in range(len(spans)):
             saved = ctx.checkpoint.load(i, spans[i]) if ctx.checkpoint is not None else None
             if saved is not None:
-                batches[i] = _Batch(i, saved, n_hits=ctx.hits_per_row(saved))
+                reorder, n_unsorted = _order_problems(
+                    saved.ids[:, : ctx.k], saved.scores[:, : ctx.k]
+                )
+                batches[i] = _Batch(
+                    i,
+                    saved,
+                    n_hits=ctx.hits_per_row(saved),
+                    reorder=reorder,
+                    n_unsorted=n_unsorted,
+                )
                 ctx.asm.place(spans[i], saved)
             else:
                 todo.append(i)
@@ -849,7 +870,7 @@ class BenchmarkEvaluator:
                 att.wait_backoff(attempt)
                 attempt += 1
                 continue
-            row_errors, n_unsorted, n_hits = ctx.check_rows(res)
+            row_errors, (reorder, n_unsorted), n_hits = ctx.check_rows(res)
             if row_errors and att.may_retry(attempt):
                 # Short rows or foreign ids: another client may be rebuilding
                 # the collection; asking again is cheap.
@@ -869,6 +890,7 @@ class BenchmarkEvaluator:
                 row_errors=row_errors,
                 n_unsorted=n_unsorted,
                 n_hits=n_hits,
+                reorder=reorder,
             )
 
     # ------------------------------------------------------------------ scoring
@@ -907,7 +929,21 @@ class BenchmarkEvaluator:
         rows = None if all_ok else np.flatnonzero(ok)
         res = ctx.asm.result(rows)
         run_qids = qids if all_ok else qids[rows]
-        run = Run.from_arrays(run_qids, res.ids, res.scores, copy=not all_ok)
+        # Rows the workers found out of canonical order are re-sorted here (with
+        # their extra score columns); the rest are handed over as they are.
+        fix = [
+            ctx.spans[b.index][0] + b.reorder
+            for b in batches
+            if b.result is not None and b.reorder is not None and len(b.reorder)
+        ]
+        if fix:
+            glob = np.concatenate(fix)
+            loc = glob if rows is None else np.searchsorted(rows, glob)
+            keep = loc < len(run_qids)
+            if rows is not None:
+                keep &= rows[np.minimum(loc, len(rows) - 1)] == glob
+            _sort_in_place(res, loc[keep])
+        run = Run.from_arrays(run_qids, res.ids, res.scores, assume_sorted=True, copy=False)
         failed = list(errors)
         ev, dup_ids = evaluate_lenient(
             run, qrels, self.measures, relevance_level=self.relevance_level, failed_queries=failed
@@ -989,16 +1025,6 @@ _SHORT_UNKNOWN = (
     "the store answered a dense collection with fewer hits than its other answers "
     "(collection size unknown)"
 )
-
-
-def _check_seconds(value: Any, name: str) -> float:
-    try:
-        v = float(value)
-    except (TypeError, ValueError):
-        raise TypeError(f"{name} must be a number of seconds, got {value!r}") from None
-    if not math.isfinite(v) or v < 0:
-        raise ValueError(f"{name} must be a finite number >= 0, got {value!r}")
-    return v
 
 
 class _Context:
@@ -1086,20 +1112,37 @@ class _Context:
         if nan.any():
             for r in np.flatnonzero((nan & (ids != NO_HIT)).any(axis=1)).tolist():
                 errors[r] = _NAN_ERROR
-        return errors, _n_unsorted(ids, sc), n_hits
+        return errors, _order_problems(ids, sc), n_hits
 
 
-def _n_unsorted(ids: np.ndarray, sc: np.ndarray) -> int:
-    """Rows whose hits are not in non-increasing score order (no-hits must come last)."""
-    if sc.shape[1] < 2:
-        return 0
-    up = sc[:, 1:] > sc[:, :-1]
-    cand = np.flatnonzero(up.any(axis=1))
-    if not len(cand):
-        return 0
-    # Exact check on the few candidates: a no-hit counts as -inf wherever it is.
-    s = np.where(ids[cand] == NO_HIT, -np.inf, sc[cand])
-    return int((s[:, 1:] > s[:, :-1]).any(axis=1).sum())
+def _order_problems(ids: np.ndarray, sc: np.ndarray) -> tuple[np.ndarray, int]:
+    """Rows out of the canonical order, and how many of them break the score order.
+
+    Canonical: score descending, ties by id ascending, no-hits last. A row
+    with only its ties in another order is the store's tie rule (re-sorted,
+    not reported); a row whose scores go up is reported.
+    """
+    bad = _unsorted_rows_serial(ids, sc, ids == NO_HIT)
+    if not len(bad):
+        return bad, 0
+    s = np.where(ids[bad] == NO_HIT, -np.inf, sc[bad])
+    return bad, int((s[:, 1:] > s[:, :-1]).any(axis=1).sum())
+
+
+def _sort_in_place(res: SearchResult, rows: np.ndarray) -> None:
+    """Put ``rows`` of ``res`` in canonical order, extra score columns alike."""
+    if not len(rows):
+        return
+    d, s = res.ids[rows], res.scores[rows]
+    m, k = d.shape
+    empty = d == NO_HIT
+    flat_rows = np.repeat(np.arange(m), k)
+    order = np.lexsort((d.ravel(), -s.ravel().astype(np.float64), empty.ravel(), flat_rows))
+    cols = order.reshape(m, k) - (np.arange(m) * k)[:, None]
+    res.ids[rows] = np.take_along_axis(d, cols, 1)
+    res.scores[rows] = np.take_along_axis(s, cols, 1)
+    for col in res.extra_scores.values():
+        col[rows] = np.take_along_axis(col[rows], cols, 1)
 
 
 class _IdTable:
@@ -1304,7 +1347,8 @@ def _relabel(res: BenchmarkResult, labels: np.ndarray) -> BenchmarkResult:
     md = res.metadata
     if md is not None:
         md = md.copy(deep=False)
-        md.index = pd.Index(lab(md.index.to_numpy()))
+        labs = lab(md.index.to_numpy())
+        md.index = pd.Index(labs, dtype=labs.dtype)  # object stays object (no arrow copy)
     errors = {py_scalar(labels[int(k)]): v for k, v in res.errors.items()}
     return replace(res, evaluation=ev2, run=run, metadata=md, errors=errors)
 

@@ -281,6 +281,12 @@ class Qrels:
         return int((_index_of(pd.unique(ids), rel) < 0).sum())
 
     @cached_property
+    def _ideal_weights(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(query index, rank in the ideal ranking, gain / log2(rank + 2)) of each positive gain."""
+        jq, g, rank = self._ideal_sorted
+        return jq, rank, g / np.log2(rank + 2.0)
+
+    @cached_property
     def _ideal_sorted(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Positive gains sorted by (query index, gain desc), with 0-based rank in query."""
         jq, _, g = self._positive
@@ -636,16 +642,23 @@ class EvaluationResult:
         n = len(self.query_ids)
         return {m: (float(self.values[m].mean()) if n else float("nan")) for m in self.measures}
 
+    def _columns(self) -> dict[str, Any]:
+        """The per-query columns, for one DataFrame constructor call."""
+        qids = self.query_ids
+        cols: dict[str, Any] = {
+            # Object ids stay object: no conversion of every id to an arrow string.
+            "query_id": pd.Series(qids, dtype=object, copy=False) if qids.dtype == object else qids
+        }
+        cols.update({m: self.values[m] for m in self.measures})
+        cols["missing"] = _is_member(qids, self.missing_queries)
+        if len(self.failed_queries):
+            cols["failed"] = _is_member(qids, self.failed_queries)
+        return cols
+
     @cached_property
     def per_query(self) -> pd.DataFrame:
         """One row per qrels query: ``query_id`` and one column per measure."""
-        df = pd.DataFrame({"query_id": self.query_ids})
-        for m in self.measures:
-            df[m] = self.values[m]
-        df["missing"] = np.isin(self.query_ids, self.missing_queries)
-        if len(self.failed_queries):
-            df["failed"] = np.isin(self.query_ids, self.failed_queries)
-        return df
+        return pd.DataFrame(self._columns())
 
     def confidence_intervals(
         self, *, n_resamples: int = 1000, level: float = 0.95, seed: int = 0
@@ -656,6 +669,16 @@ class EvaluationResult:
             return {m: (float("nan"), float("nan")) for m in self.measures}
         lo, hi = bootstrap_ci(mat, n_resamples=n_resamples, level=level, seed=seed)
         return {m: (float(lo[i]), float(hi[i])) for i, m in enumerate(self.measures)}
+
+
+def _is_member(values: np.ndarray, members: np.ndarray) -> np.ndarray:
+    """``values`` that are in ``members`` (bool), by hashing for object ids."""
+    if not len(members):
+        return np.zeros(len(values), dtype=bool)
+    members = np.asarray(members)
+    if values.dtype != object and members.dtype != object:
+        return np.isin(values, members)
+    return _index_of(pd.unique(members.astype(object)), values.astype(object)) >= 0
 
 
 def bootstrap_ci(
@@ -885,11 +908,11 @@ def _find_hits(run: Run, qrels: Qrels, width: int, run_row: np.ndarray) -> tuple
 
 def _ideal_dcg(qrels: Qrels, k: int) -> np.ndarray:
     """Ideal DCG@k per qrels query from its positive gains (trec_eval)."""
-    jq, g, rank = qrels._ideal_sorted
+    jq, rank, w = qrels._ideal_weights
+    if len(rank) and int(rank.max()) < k:  # every positive gain is inside the cutoff
+        return np.bincount(jq, weights=w, minlength=len(qrels.queries))
     keep = rank < k
-    return np.bincount(
-        jq[keep], weights=g[keep] / np.log2(rank[keep] + 2.0), minlength=len(qrels.queries)
-    )
+    return np.bincount(jq[keep], weights=w[keep], minlength=len(qrels.queries))
 
 
 def _measures_from_hits(

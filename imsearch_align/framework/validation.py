@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["check_ids", "check_int", "check_matrix", "is_sparse"]
+__all__ = ["check_float", "check_ids", "check_int", "check_matrix", "is_sparse"]
 
 
 def is_sparse(x: Any) -> bool:
@@ -83,6 +83,20 @@ def check_int(value: Any, name: str, *, low: int | None = None, high: int | None
         lo = "-inf" if low is None else low
         hi = "inf" if high is None else high
         raise ValueError(f"{name} must be in [{lo}, {hi}], got {v}")
+    return v
+
+
+def check_float(
+    value: Any, name: str, *, low: float | None = None, high: float | None = None
+) -> float:
+    """Validate a finite real number in ``[low, high]`` (bounds optional)."""
+    if isinstance(value, bool) or not isinstance(value, int | float | np.integer | np.floating):
+        raise TypeError(f"{name} must be a number, got {type(value).__name__} {value!r}")
+    v = float(value)
+    if not np.isfinite(v) or (low is not None and v < low) or (high is not None and v > high):
+        lo = "-inf" if low is None else low
+        hi = "inf" if high is None else high
+        raise ValueError(f"{name} must be a finite number in [{lo}, {hi}], got {value!r}")
     return v
 
 

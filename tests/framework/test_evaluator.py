@@ -404,6 +404,34 @@ def test_rows_not_sorted_by_score_are_reported_and_scored_after_sorting():
     assert res.mean() == pytest.approx(_direct(docs, ids, q, qrels, MEASURES), abs=1e-12)
 
 
+def test_re_sorted_rows_keep_their_extra_scores_and_tie_order_is_not_a_fault():
+    docs, ids, q, qrels = _data()
+    clean = _ev(BruteForceStore(docs, ids, extra=True)).evaluate(q, qrels)
+    swapped = _ev(BruteForceStore(docs, ids, extra=True, unsorted_rows=range(0, 200, 3))).evaluate(
+        q, qrels
+    )
+    # The extra column travels with its ids: ranking by it gives the same nDCG.
+    np.testing.assert_array_equal(
+        swapped.evaluation.values["nDCG@10[rerank]"], clean.evaluation.values["nDCG@10[rerank]"]
+    )
+    np.testing.assert_array_equal(swapped.run.doc_ids, clean.run.doc_ids)
+
+    # Ties given in descending id order are the store's tie rule: re-sorted, not reported.
+    class TieStore:
+        supports_sparse = False
+
+        def search(self, name, queries, k):
+            n = len(queries)
+            return SearchResult(np.tile([30, 20, 10], (n, 1)), np.full((n, 3), 0.5))
+
+    tq = Qrels.from_pairs([0, 1], [10, 30])
+    res = BenchmarkEvaluator(TieStore(), "c", k=3, measures=["P@1", "RR@3"], progress=False)
+    out = res.evaluate(np.zeros((2, 4), np.float32), tq)
+    assert out.degraded_reasons() == []
+    assert out.run.doc_ids.tolist() == [[10, 20, 30]] * 2
+    assert out.mean() == {"P@1": 0.5, "RR@3": pytest.approx((1 + 1 / 3) / 2)}
+
+
 def test_ids_not_in_the_collection_fail_their_queries_when_the_ids_are_known():
     docs, ids, q, qrels = _data()
     store = BruteForceStore(docs, ids, foreign_rows=[5, 120])
@@ -775,8 +803,14 @@ def test_bad_arguments():
         BenchmarkEvaluator(store, "c", k=5, measures=["P@10"])
     with pytest.raises(ValueError, match="unknown measure 'Recall@5'"):
         BenchmarkEvaluator(store, "c", k=10, measures=["Recall@5"])
-    with pytest.raises(ValueError, match=r"retry_backoff_s must be a finite number >= 0, got -1"):
+    with pytest.raises(
+        ValueError, match=r"retry_backoff_s must be a finite number in \[0, inf\], got -1"
+    ):
         BenchmarkEvaluator(store, "c", retry_backoff_s=-1)
+    with pytest.raises(TypeError, match=r"max_backoff_s must be a number, got str '1s'"):
+        BenchmarkEvaluator(store, "c", max_backoff_s="1s")
+    with pytest.raises(ValueError, match=r"max_backoff_s must be a finite number in \[0, inf\]"):
+        BenchmarkEvaluator(store, "c", max_backoff_s=float("nan"))
     with pytest.raises(ValueError, match=r"max_consecutive_failures must be in \[1, inf\], got 0"):
         BenchmarkEvaluator(store, "c", max_consecutive_failures=0)
     ev = BenchmarkEvaluator(store, "c", k=10, progress=False)
