@@ -181,3 +181,15 @@ def test_hub_offline(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(huggingface_hub, "hf_hub_download", offline)
     with pytest.raises(HubUnreachableError, match="precomputed"):
         load_coco(source="hub")
+
+
+def test_support_only_load_needs_no_test_images(tmp_path: Path, published) -> None:
+    from imsearch_align.datasets import load_support_dataset
+
+    root = published.coco(tmp_path)
+    for cid in (1003, 1004):  # the test images are not there at all
+        (root / "val2014" / f"COCO_val2014_{cid:012d}.jpg").unlink()
+    sup = load_support_dataset("coco", {"root": str(root)})
+    assert sorted(sup.images["image_id"]) == [1000, 1001] and set(sup.images["split"]) == {"train"}
+    with pytest.raises(ValueError, match=r"no support pairs.*splits="):
+        load_support_dataset("coco", {"root": str(root), "splits": "val"})

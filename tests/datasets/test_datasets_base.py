@@ -143,3 +143,47 @@ def test_from_arrays_wraps_embeddings_and_providers_return_rows() -> None:
         PairedDataset.from_arrays(X, Y, ti + 5)
     with pytest.raises(ValueError, match="text_image is required"):
         PairedDataset.from_arrays(X, Y)
+
+
+def test_skipped_is_validated_and_survives_subset() -> None:
+    images = pd.DataFrame({"image_id": [1, 2], "split": ["train", "test"]})
+    texts = pd.DataFrame({"text_id": [0, 1], "image_id": [1, 2], "caption": ["a", "b"]})
+    ds = PairedDataset("x", images, texts, skipped={"missing_image": np.int64(2)})
+    assert ds.skipped == {"missing_image": 2} and type(ds.skipped["missing_image"]) is int
+    assert ds.subset(["test"]).skipped == {"missing_image": 2}
+    with pytest.raises(ValueError, match="skipped must map reasons in"):
+        PairedDataset("x", images, texts, skipped={"lost": 1})
+    with pytest.raises(ValueError, match="counts >= 0"):
+        PairedDataset("x", images, texts, skipped={"empty_caption": -1})
+
+
+def test_fingerprint_covers_content_not_name_or_location(tmp_path) -> None:
+    def make(root, caption="b", path_name="2.jpg", split="test", name="x"):
+        images = pd.DataFrame(
+            {
+                "image_id": [1, 2],
+                "path": [str(root / "1.jpg"), str(root / path_name)],
+                "split": ["train", split],
+            }
+        )
+        texts = pd.DataFrame({"text_id": [0, 1], "image_id": [1, 2], "caption": ["a", caption]})
+        return PairedDataset(name, images, texts, root=str(root))
+
+    base = make(tmp_path / "a")
+    fp = base.fingerprint
+    assert len(fp) == 64 and fp == base.fingerprint
+    assert make(tmp_path / "elsewhere", name="y").fingerprint == fp  # same data, other folder
+    for changed in (
+        make(tmp_path / "a", caption="c"),
+        make(tmp_path / "a", path_name="3.jpg"),
+        make(tmp_path / "a", split="val"),
+        base.resplit(test_fraction=1.0, seed=0),
+        PairedDataset("x", base.images, base.texts, class_names=("p", "q")),
+    ):
+        assert changed.fingerprint != fp
+    # Row order does not matter (hashed in id order); a bytes column is covered too.
+    shuffled = PairedDataset("x", base.images.iloc[::-1], base.texts.iloc[::-1], root=base.root)
+    assert shuffled.fingerprint == fp
+    b1 = PairedDataset("x", base.images.assign(bytes=[b"p", b"q"]), base.texts, root=base.root)
+    b2 = PairedDataset("x", base.images.assign(bytes=[b"p", b"r"]), base.texts, root=base.root)
+    assert len({fp, b1.fingerprint, b2.fingerprint}) == 3

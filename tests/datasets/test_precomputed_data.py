@@ -99,3 +99,45 @@ def test_hub_repo_offline(monkeypatch: pytest.MonkeyPatch) -> None:
             repo_id="ridalefdali/flickr30k_embeddings",
             allow_pickle=True,
         )
+
+
+def test_text_image_and_labels_from_npy_files_and_zero_rows(tmp_path: Path) -> None:
+    from imsearch_align.datasets import ZeroEmbeddingWarning
+
+    np.save(tmp_path / "img.npy", X)
+    np.save(tmp_path / "txt.npy", Y)
+    ti = np.repeat(np.arange(6), 2)[::-1].copy()  # not the default image-major pairing
+    np.save(tmp_path / "text_image.npy", ti)
+    np.save(tmp_path / "labels.npy", np.arange(6) % 2)
+    ds, _, _ = DATASETS.get("precomputed")(
+        image_path=str(tmp_path / "img.npy"),
+        text_path=str(tmp_path / "txt.npy"),
+        text_image=str(tmp_path / "text_image.npy"),
+        labels=str(tmp_path / "labels.npy"),
+    )
+    assert ds.texts["image_id"].tolist() == ti.tolist() and ds.labels.tolist() == [0, 1] * 3
+    Z = X.copy()
+    Z[[1, 4]] = 0.0
+    np.save(tmp_path / "zero.npy", Z)
+    with pytest.warns(
+        ZeroEmbeddingWarning, match=r"2 of 6 embedding rows are all zeros.*rows \[1, 4\]"
+    ):
+        load_precomputed(tmp_path / "zero.npy", tmp_path / "txt.npy")
+    np.save(tmp_path / "allzero.npy", np.zeros_like(X))
+    with pytest.raises(ValueError, match="all 6 embedding rows are zero vectors"):
+        load_precomputed(tmp_path / "allzero.npy", tmp_path / "txt.npy")
+    with pytest.raises(ValueError, match="text_image must be a 1-D list of integers"):
+        load_precomputed(tmp_path / "img.npy", tmp_path / "txt.npy", text_image=[[0, 1]])
+
+
+def test_support_only_load(tmp_path: Path) -> None:
+    from imsearch_align.datasets import load_support_dataset
+
+    np.save(tmp_path / "img.npy", X)
+    np.save(tmp_path / "txt.npy", Y)
+    params = {"image_path": str(tmp_path / "img.npy"), "text_path": str(tmp_path / "txt.npy")}
+    with pytest.raises(ValueError, match=r"no support pairs.*pass test_fraction=0\.0"):
+        load_support_dataset("precomputed", {**params, "test_fraction": 1.0})
+    ds, img, _ = load_support_dataset("precomputed", {**params, "test_fraction": 0.0})
+    assert set(ds.images["split"]) == {"train"} and len(ds.texts) == 12
+    np.testing.assert_array_equal(img.encode(ds.split_ids("train")), X)
