@@ -251,7 +251,11 @@ def _sparse_links(scores: np.ndarray, empty: np.ndarray, tol: float):
                 cand |= gap <= thr * np.maximum(np.maximum(a, -b), 1.0)
         # Rows first: nonzero over a whole block costs more than the scan.
         hit_rows = np.flatnonzero(cand.any(axis=1))
-        if len(hit_rows):
+        if 4 * len(hit_rows) > len(blk):  # most rows tie: no gather
+            r, c = np.nonzero(cand)
+            rows.append(r + b0)
+            cols.append(c)
+        elif len(hit_rows):
             r, c = np.nonzero(cand[hit_rows])
             rows.append(hit_rows[r] + b0)
             cols.append(c)
@@ -617,8 +621,10 @@ def _group_values(
     singletons and the tie groups holding relevant docs. With every group a
     singleton this is the tie-rule value (to rounding).
     """
-    order = np.lexsort((g_a, g_row))
-    g_row, g_a, g_m, g_r, g_s = (x[order] for x in (g_row, g_a, g_m, g_r, g_s))
+    key = g_row * (int(g_a.max(initial=0)) + 1) + g_a
+    if len(key) > 1 and np.any(key[1:] < key[:-1]):
+        order = np.argsort(key, kind="stable")
+        g_row, g_a, g_m, g_r, g_s = (x[order] for x in (g_row, g_a, g_m, g_r, g_s))
     g_mf = g_m.astype(np.float64)
     ng = len(g_row)
     new_row = np.ones(ng, dtype=bool)
@@ -651,7 +657,11 @@ def _group_values(
             rel = np.flatnonzero((g_r > 0) & (c > 0))
             if len(rel):
                 prob = 1.0 - _no_hit_chance(g_m[rel], g_r[rel].astype(np.int64), c[rel])
-                np.maximum.at(v, g_row[rel], prob)  # one group at most is cut by k
+                # Rows are sorted: the largest chance per row (groups wholly
+                # inside give 1; one group at most is cut by k).
+                rr = g_row[rel]
+                seg = np.flatnonzero(np.append(True, rr[1:] != rr[:-1]))
+                v[rr[seg]] = np.maximum.reduceat(prob, seg)
         elif fam == "RR":
             v = np.zeros(n)
             rel = np.flatnonzero(g_r > 0)
@@ -664,9 +674,14 @@ def _group_values(
                 jmax = np.minimum(g_m[gf] - r.astype(np.int64), k - 1 - a)
                 prob = r / m  # P(first relevant at offset 0)
                 acc = np.where(jmax >= 0, prob / (a + 1.0), 0.0)
-                for j in range(int(jmax.max())):
-                    prob = prob * (m - j - r) / np.maximum(m - 1 - j, 1.0)
-                    acc = acc + np.where(j + 1 <= jmax, prob / (a + j + 2.0), 0.0)
+                t = np.flatnonzero(jmax > 0)  # groups whose first relevant may come later
+                if len(t):
+                    pt, at, mt, rt, jt = prob[t], a[t], m[t], r[t], jmax[t]
+                    add = np.zeros(len(t))
+                    for j in range(int(jt.max())):
+                        pt = pt * (mt - j - rt) / np.maximum(mt - 1 - j, 1.0)
+                        add += np.where(j + 1 <= jt, pt / (at + j + 2.0), 0.0)
+                    acc[t] += add
                 v[g_row[gf]] = acc
         else:
             cg, off, pos, crow = cells
@@ -838,7 +853,11 @@ def tie_aware_evaluate(
     g_row = np.searchsorted(crow, g_run)
     W = int(min(K, max(kmax, int(g_b.max()))))
     jud = _Judgements(qrels)
-    hr, hc, hg, dup_rows = jud.hits(cq, run.doc_ids[crow, :W], run.empty[crow, :W])
+    if n == n_run:  # every row: read the run in place, no (n, W) copy
+        D, E = run.doc_ids[:, :W], run.empty[:, :W]
+    else:
+        D, E = run.doc_ids[crow, :W], run.empty[crow, :W]
+    hr, hc, hg, dup_rows = jud.hits(cq, D, E)
     if len(dup_rows):
         if not lenient:
             raise ValueError(
@@ -884,13 +903,22 @@ def tie_aware_evaluate(
         R,
         idcg,
     )
-    bounds = []
-    for descending in (False, True):
-        col = _arranged_hits(hr, hc, hg, idx, inside, g_a, g_b, descending)
-        bounds.append(
-            _group_values(n, hr, col, np.ones(len(hr), dtype=np.int64), hbf, hg, measures, R, idcg)
-        )
-    lo, hi = bounds
+    # Both bounds in one pass: rows n..2n-1 are the "for" arrangement.
+    col_lo = _arranged_hits(hr, hc, hg, idx, inside, g_a, g_b, descending=False)
+    col_hi = _arranged_hits(hr, hc, hg, idx, inside, g_a, g_b, descending=True)
+    both = _group_values(
+        2 * n,
+        np.concatenate([hr, hr + n]),
+        np.concatenate([col_lo, col_hi]),
+        np.ones(2 * len(hr), dtype=np.int64),
+        np.tile(hbf, 2),
+        np.tile(hg, 2),
+        measures,
+        np.tile(R, 2),
+        {k: np.tile(v, 2) for k, v in idcg.items()},
+    )
+    lo = {m: v[:n] for m, v in both.items()}
+    hi = {m: v[n:] for m, v in both.items()}
     for m in measures:
         values[m][cq] = exp[m]
         low[m][cq] = lo[m]
