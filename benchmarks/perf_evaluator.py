@@ -48,12 +48,27 @@ TREC_KEYS = {
 
 
 class PrecomputedStore:
-    """Returns slices of precomputed results; queries carry their row index."""
+    """Returns slices of precomputed results; queries carry their row index.
+
+    It says how big its collection is (a ``CollectionCatalog``, as every
+    store of the package), so the evaluator checks each answer's length
+    against ``min(k, count)``.
+    """
 
     supports_sparse = False
 
-    def __init__(self, ids: np.ndarray, scores: np.ndarray) -> None:
+    def __init__(self, ids: np.ndarray, scores: np.ndarray, n_docs: int | None = None) -> None:
         self.ids, self.scores = ids, scores
+        self.n_docs = int(ids.max()) + 1 if n_docs is None else n_docs
+
+    def has_collection(self, name):
+        return True
+
+    def list_collections(self):
+        return ["pre"]
+
+    def count(self, name):
+        return self.n_docs
 
     def search(self, name, queries, k):
         rows = queries[:, 0].astype(np.int64)

@@ -1219,6 +1219,7 @@ class _Checkpoint:
     def __init__(self, root: Path, manifest: dict[str, Any]) -> None:
         self.root = root
         self.manifest = manifest
+        self._write_failed = False
 
     @classmethod
     def open(cls, ev: BenchmarkEvaluator, q: Any, qids: np.ndarray, n_batches: int) -> _Checkpoint:
@@ -1289,9 +1290,19 @@ class _Checkpoint:
         self._path(i).unlink(missing_ok=True)
 
     def save(self, i: int, r: SearchResult) -> None:
+        """Write batch ``i``; a failed write (disk full) is logged once and never fails the run."""
         arrays = {"ids": r.ids, "scores": r.scores}
         arrays.update({f"extra_{k}": np.asarray(v) for k, v in r.extra_scores.items()})
-        atomic_write(self._path(i), lambda f: np.savez(f, **arrays))
+        try:
+            atomic_write(self._path(i), lambda f: np.savez(f, **arrays))
+        except OSError as exc:
+            if not self._write_failed:
+                self._write_failed = True
+                log.warning(
+                    "checkpoint %s not written (%s); the run goes on, a resume searches again",
+                    self.root,
+                    _describe(exc),
+                )
 
     def clear(self) -> int:
         """Remove this folder's batch files and manifest (and the folder if then empty)."""

@@ -573,6 +573,30 @@ def test_clear_checkpoints_and_remove_checkpoints(tmp_path):
     assert [p.name for p in (tmp_path / "a").iterdir()] == ["keep.txt"]
 
 
+def test_a_checkpoint_that_cannot_be_written_does_not_fail_the_run(tmp_path, monkeypatch, caplog):
+    import errno
+
+    import imsearch_align.framework.evaluator as evaluator_mod
+
+    docs, ids, q, qrels = _data()
+    real = evaluator_mod.atomic_write
+
+    def full_disk(path, data, **kw):
+        if Path(path).name.startswith("batch_"):
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real(path, data, **kw)
+
+    monkeypatch.setattr(evaluator_mod, "atomic_write", full_disk)
+    with caplog.at_level(logging.WARNING):
+        res = _ev(BruteForceStore(docs, ids), checkpoint_dir=tmp_path, checkpoint_key="v").evaluate(
+            q, qrels
+        )
+    assert res.n_failed == 0
+    assert res.mean() == _direct(docs, ids, q, qrels, MEASURES)
+    lines = [r for r in caplog.records if "not written" in r.getMessage()]
+    assert len(lines) == 1 and "No space left on device" in lines[0].getMessage()
+
+
 def test_checkpoint_files_honour_the_umask(tmp_path):
     docs, ids, q, qrels = _data(nq=20)
     old = os.umask(0o027)
