@@ -229,6 +229,11 @@ class BenchmarkResult:
         """Batches loaded from checkpoints."""
         return int(self.timings.get("n_batches_resumed", 0))
 
+    @property
+    def degraded(self) -> bool:
+        """Whether the numbers are not the whole truth (see :meth:`degraded_reasons`)."""
+        return bool(self.errors or self.notes)
+
     def degraded_reasons(self) -> list[str]:
         """Human-readable reasons this result is degraded; empty when it is clean.
 

@@ -497,11 +497,13 @@ def default_measures(k_values: Iterable[int]) -> list[str]:
     ``default_measures([1, 10])`` is ``P@1, R@1, nDCG@1, AP@1, RR@1,
     HitRate@1, P@10, ..., HitRate@10, Accuracy``.
     """
-    ks = list(dict.fromkeys(int(k) for k in k_values))
+    ks = list(dict.fromkeys(k_values))
     for k in ks:
+        if isinstance(k, bool) or not isinstance(k, int | np.integer):
+            raise TypeError(f"k_values: every k must be an integer, got {type(k).__name__} {k!r}")
         if not 1 <= k <= MAX_K:
             raise ValueError(f"k_values: every k must be in [1, {MAX_K}], got {k}")
-    out = [m.at(k) for k in ks for m in MEASURES if m.default and m.cutoff]
+    out = [m.at(int(k)) for k in ks for m in MEASURES if m.default and m.cutoff]
     return out + [m.name for m in MEASURES if m.default and not m.cutoff]
 
 

@@ -187,7 +187,7 @@ def test_matches_direct_computation_and_uses_parallel_workers():
     assert t["queries_per_s"] == pytest.approx(200 / t["search_s"])
     assert t["batch_p99_ms"] >= t["batch_p50_ms"] > 0
     assert len(store.threads) >= 2
-    assert res.degraded_reasons() == [] and res.n_failed == 0
+    assert res.degraded_reasons() == [] and res.n_failed == 0 and not res.degraded
 
 
 # --------------------------------------------------------------------------- failures and retries
@@ -216,7 +216,7 @@ def test_batch_failing_after_retries_scores_zero_counts_and_makes_the_result_deg
     # The mean counts the failed queries as zeros over all 200 queries.
     ok = pq.drop(index=range(32, 48))
     assert res.mean()["P@1"] == pytest.approx(ok["P@1"].sum() / 200)
-    assert res.to_dict()["n_failed"] == 16
+    assert res.to_dict()["n_failed"] == 16 and res.degraded
     assert res.degraded_reasons() == [
         "16 of 200 queries failed: ConnectionError: batch starting at row 32 is down"
     ]

@@ -138,6 +138,9 @@ def test_default_measures_per_k_then_accuracy():
     assert M.default_measures([5, 5]) == M.default_measures([5])
     with pytest.raises(ValueError, match=r"k_values: every k must be in \[1, 1000000\], got 0"):
         M.default_measures([0])
+    with pytest.raises(TypeError, match="k_values: every k must be an integer, got str '5'"):
+        M.default_measures(["5"])
+    assert M.default_measures([np.int64(3)])[0] == "P@3"
 
 
 def test_adding_a_measure_is_one_entry(monkeypatch):
