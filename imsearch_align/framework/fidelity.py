@@ -136,7 +136,7 @@ class FidelityReport:
         """The first problem's description, or None when the result is truthful."""
         return self.problems[0] if self.problems else None
 
-    def metrics(self) -> dict[str, float | int]:
+    def as_metrics(self) -> dict[str, float | int]:
         """JSON-ready values for a result, keyed with the cut-off.
 
         ``ann_recall@k``, ``ann_recall_min@k``, ``score_max_abs_error@k``,

@@ -180,7 +180,7 @@ def test_wrong_row_and_off_by_one_are_named():
 
 def test_metrics_are_json_ready():
     rep = ann_recall(R([[30, 20]], [[3, 2]]), DOCS, IDS, Q, 2)
-    m = rep.metrics()
+    m = rep.as_metrics()
     assert m["ann_recall@2"] == 0.5 and m["score_mismatch_rows@2"] == 1
     assert set(m) == {
         "ann_recall@2", "ann_recall_min@2", "score_max_abs_error@2", "score_max_rel_error@2",
