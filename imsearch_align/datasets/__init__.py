@@ -14,7 +14,12 @@ and ``docs/datasets.md``. How to record what it was given in a result:
 from __future__ import annotations
 
 from imsearch_align.datasets import coco, flickr30k, hf, imagenet, precomputed, shapes
-from imsearch_align.datasets._describe import ParamDoc, describe, describe_param_value
+from imsearch_align.datasets._describe import (
+    ParamDoc,
+    describe,
+    describe_markdown,
+    describe_param_value,
+)
 from imsearch_align.datasets._local import (
     SKIP_REASONS,
     BadAnnotationError,
@@ -52,6 +57,7 @@ __all__ = [
     "ZeroEmbeddingWarning",
     "coco",
     "describe",
+    "describe_markdown",
     "describe_param_value",
     "flickr30k",
     "from_hf",

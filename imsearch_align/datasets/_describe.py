@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-__all__ = ["ParamDoc", "describe", "describe_param_value", "feed_value"]
+__all__ = ["ParamDoc", "describe", "describe_markdown", "describe_param_value", "feed_value"]
 
 
 # ----------------------------------------------------------------------------- content digests
@@ -308,3 +308,24 @@ def describe(name_or_loader: Any) -> list[ParamDoc]:
             )
         )
     return out
+
+
+def describe_markdown(name: str) -> str:
+    """The parameter table of loader ``name`` in Markdown (what ``docs/datasets.md`` shows).
+
+    One row per :class:`ParamDoc`: ``| parameter | type | default | meaning |``;
+    reST double backquotes become Markdown backquotes and ``|`` is escaped.
+    """
+
+    def md(text: str) -> str:
+        return text.replace("``", "`").replace("|", "\\|")
+
+    rows = [
+        "| parameter | type | default | meaning |",
+        "|---|---|---|---|",
+        *(
+            f"| `{d.name}` | `{md(d.type)}` | {md(d.default_text())} | {md(d.meaning)} |"
+            for d in describe(name)
+        ),
+    ]
+    return "\n".join(rows)

@@ -301,9 +301,9 @@ def from_hf(
             train and test splits of its own and no ``split_column``.
         seed: seed of that ratio split.
         verify_images: decode-check every image at load time.
-        skip_bad_images: skip rows with no image, a missing image file or (with
-            the check) an unreadable image, counted in ``dataset.skipped`` and
-            warned, instead of raising.
+        skip_bad_images: skip rows with no image, a missing image file or an
+            unreadable image (skipping implies the decode check), counted in
+            ``dataset.skipped`` and warned, instead of raising.
         skip_bad_captions: skip captions that are missing or empty (counted
             and warned) instead of raising with the row and column.
         name: dataset name (embedding cache key part); default the Hub name,

@@ -151,6 +151,45 @@ class Published:
         return root
 
     @staticmethod
+    def flickr_karpathy(
+        root: Path,
+        splits: Sequence[str],
+        *,
+        images: str = "flickr30k-images",
+        write_images: bool = True,
+    ) -> Path:
+        """Karpathy's ``dataset_flickr30k.json`` (``{"images": [{"sentids", "imgid",
+        "sentences": [{"tokens", "raw", "imgid", "sentid"}], "split", "filename"}],
+        "dataset": "flickr30k"}``) for images ``<1000+i>.jpg``, five captions each."""
+        entries = []
+        for i, split in enumerate(splits):
+            if write_images:
+                jpeg(root / images / f"{1000 + i}.jpg", i)
+            sents = [
+                {
+                    "tokens": ["image", str(i), "caption", str(k)],
+                    "raw": f"Image {i} caption {k}.",
+                    "imgid": i,
+                    "sentid": 5 * i + k,
+                }
+                for k in range(5)
+            ]
+            entries.append(
+                {
+                    "sentids": [s["sentid"] for s in sents],
+                    "imgid": i,
+                    "sentences": sents,
+                    "split": split,
+                    "filename": f"{1000 + i}.jpg",
+                }
+            )
+        root.mkdir(parents=True, exist_ok=True)
+        (root / "dataset_flickr30k.json").write_text(
+            json.dumps({"images": entries, "dataset": "flickr30k"})
+        )
+        return root
+
+    @staticmethod
     def flickr_caption_lines(n_images: int, per: int = 5) -> list[str]:
         """Well-formed ``results.csv`` data lines: ``<1000+i>.jpg| k| Image i caption k.``."""
         return [
