@@ -1,59 +1,80 @@
-"""Shared plumbing for vector stores: collection bookkeeping and input checks.
+"""Shared plumbing for vector stores: collection bookkeeping, input checks, errors.
 
 Two layers, both optional for an adapter author:
 
 * Free functions any adapter can call, whatever its base class:
-  :func:`check_k`, :func:`check_vectors`, :func:`check_new_ids`,
-  :func:`empty_result`, :func:`finalize_rows` (pad to ``k`` and apply the tie
-  rule *score descending, then doc id ascending* to each returned row).
+  :func:`check_collection_name`, :func:`check_k`, :func:`check_vectors`,
+  :func:`check_new_ids`, :func:`empty_result`, :func:`finalize_rows` (pad to
+  ``k`` and apply the tie rule *score descending, then doc id ascending* to
+  each returned row) and :func:`unique_collection_name`.
 * :class:`BaseStore`, a template that implements the public verbs of
   :class:`~imsearch_align.framework.interfaces.VectorStoreAdapter` once (input
   validation, errors, ``has_collection`` / ``count`` / ``list_collections``,
-  context manager) and calls four small hooks a subclass writes:
-  ``_create(info)``, ``_insert(info, vectors, ids)``,
-  ``_search(info, queries, k)`` and ``_drop(info)``. Bookkeeping is in
-  memory (:class:`CollectionInfo`); a persistent store registers the
-  collections it finds on open with :meth:`BaseStore._register`.
+  ``provenance``, context manager) and calls small hooks a subclass writes.
+  An in-memory store writes four: ``_create(info)``,
+  ``_insert(info, vectors, ids)``, ``_search(info, queries, k)`` and
+  ``_drop(info)``; bookkeeping is then in memory (:class:`CollectionInfo`,
+  every id kept). A persistent store registers the collections it finds on
+  open with :meth:`BaseStore._register`. A remote store whose server holds
+  the catalog and the ids (Milvus) sets ``keeps_ids = False`` and overrides
+  the catalog hooks ``_lookup``, ``_exists``, ``_catalog``, ``_count`` and
+  ``_stored_among``; it still goes through the same checks.
 
 Errors (all name the argument, what was expected and what came):
 
 * an unknown collection raises :class:`CollectionNotFoundError` (a
   ``LookupError``) listing the existing ones;
 * creating an existing collection raises :class:`CollectionExistsError`
-  (a ``ValueError``);
+  (a ``ValueError``); a store never drops a collection to make room;
+* changing a collection another run owns raises :class:`CollectionOwnedError`
+  (stores shared between runs, such as a Milvus server);
 * dense vectors into a sparse collection and the reverse raise ``TypeError``;
-* ``k <= 0``, a wrong dimension, NaN/inf, duplicate ids raise ``ValueError``.
+* ``k <= 0``, a wrong dimension, NaN/inf, duplicate ids raise ``ValueError``;
+* a store that cannot reach its backend after its own bounded retries
+  raises :class:`~imsearch_align.framework.interfaces.StoreUnavailableError`.
 """
 
 from __future__ import annotations
 
 import re
+import uuid
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
+from importlib import metadata
 from typing import Any
 
 import numpy as np
 
-from imsearch_align.framework.interfaces import SearchResult
+from imsearch_align.framework.interfaces import SearchResult, StoreUnavailableError
 from imsearch_align.framework.validation import check_ids, check_int, check_matrix, is_sparse
 
 __all__ = [
     "METRICS",
+    "NAME_MAX_LEN",
     "BaseStore",
     "CollectionExistsError",
     "CollectionInfo",
     "CollectionNotFoundError",
+    "CollectionOwnedError",
+    "StoreUnavailableError",
+    "check_collection_name",
     "check_k",
     "check_new_ids",
     "check_vectors",
     "empty_result",
     "finalize_rows",
+    "package_versions",
+    "unique_collection_name",
 ]
 
 #: Metrics every store supports. Every aligned space is searched by inner product.
 METRICS = ("ip",)
 
-_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+#: Longest collection name (Milvus's limit, so a name valid here is valid there).
+NAME_MAX_LEN = 255
+
+# Milvus's collection-name rule: letters, digits, underscores, no leading digit.
+_NAME_RE = re.compile(rf"^[A-Za-z_][A-Za-z0-9_]{{0,{NAME_MAX_LEN - 1}}}$")
 
 
 class CollectionNotFoundError(LookupError):
@@ -64,6 +85,65 @@ class CollectionExistsError(ValueError):
     """``create_collection`` named a collection that already exists."""
 
 
+class CollectionOwnedError(RuntimeError):
+    """A verb would change (drop, insert into) a collection another run owns."""
+
+
+def _is_name(name: Any) -> bool:
+    return isinstance(name, str) and _NAME_RE.match(name) is not None
+
+
+def check_collection_name(name: Any) -> str:
+    """Validate a collection name: Milvus's rule, one rule for every store.
+
+    Letters, digits and underscores, not starting with a digit, 1 to
+    :data:`NAME_MAX_LEN` characters.
+    """
+    if not _is_name(name):
+        shown = name if not isinstance(name, str) or len(name) <= 60 else name[:57] + "..."
+        raise ValueError(
+            "name must be letters, digits and underscores, not starting with a digit, "
+            f"1-{NAME_MAX_LEN} characters (Milvus's rule), got {shown!r}"
+        )
+    return name
+
+
+def unique_collection_name(base: str, suffix: str | None = None) -> str:
+    """A valid collection name ``<base>_<suffix>`` that is unique per run.
+
+    ``base`` is any label (a config key, ``"flickr30k/t2i"``): characters
+    outside the name rule become ``_``, a leading digit gets a ``c_`` prefix,
+    and it is cut so the whole name fits :data:`NAME_MAX_LEN`. ``suffix``
+    (letters, digits, underscores) defaults to 12 random hex digits; pass a
+    run id to find the same name again when the run resumes.
+
+    >>> unique_collection_name("flickr30k/t2i-csa", "r1")
+    'flickr30k_t2i_csa_r1'
+    """
+    if not isinstance(base, str):
+        raise TypeError(f"base must be a str, got {type(base).__name__}")
+    if suffix is None:
+        suffix = uuid.uuid4().hex[:12]
+    if not isinstance(suffix, str) or not re.fullmatch(r"[A-Za-z0-9_]{1,64}", suffix):
+        raise ValueError(f"suffix must be 1-64 letters, digits or underscores, got {suffix!r}")
+    stem = re.sub(r"[^A-Za-z0-9_]", "_", base) or "c"
+    if stem[0].isdigit():
+        stem = "c_" + stem
+    stem = stem[: NAME_MAX_LEN - len(suffix) - 1]
+    return check_collection_name(f"{stem}_{suffix}")
+
+
+def package_versions(dists: tuple[str, ...] | list[str]) -> dict[str, str]:
+    """Installed version of each distribution in ``dists`` (absent ones are left out)."""
+    out: dict[str, str] = {}
+    for dist in dists:
+        try:
+            out[dist] = metadata.version(dist)
+        except metadata.PackageNotFoundError:
+            continue
+    return out
+
+
 @dataclass
 class CollectionInfo:
     """What a store knows about one collection.
@@ -71,11 +151,13 @@ class CollectionInfo:
     Attributes:
         name: collection name.
         dim: vector dimension (columns); ``None`` until known (set by the
-            first insert when ``create_collection`` got no ``dim``).
+            first insert when ``create_collection`` got no ``dim``; always
+            ``None`` for a reopened sparse Milvus collection).
         sparse: whether the collection holds scipy CSR vectors.
         metric: always ``"ip"``.
         ids: every stored id, int64, in insertion order (row ``i`` of the
-            store's data has id ``ids[i]``).
+            store's data has id ``ids[i]``); empty and unused when the store
+            sets ``keeps_ids = False`` (the server holds the ids).
         state: free slot for the subclass (an index, a data matrix, ...).
     """
 
@@ -88,13 +170,13 @@ class CollectionInfo:
 
     @property
     def count(self) -> int:
-        """Number of stored vectors."""
+        """Number of ids kept in memory (the stored vectors when the store keeps ids)."""
         return len(self.ids)
 
 
-def check_k(k: Any) -> int:
-    """Validate ``k`` as an integer >= 1."""
-    return check_int(k, "k", low=1)
+def check_k(k: Any, high: int | None = None) -> int:
+    """Validate ``k`` as an integer >= 1 (and <= ``high``, a store's top-k limit)."""
+    return check_int(k, "k", low=1, high=high)
 
 
 def check_vectors(x: Any, name: str, info: CollectionInfo) -> Any:
@@ -124,16 +206,19 @@ def check_vectors(x: Any, name: str, info: CollectionInfo) -> Any:
     return m
 
 
+def _raise_clash(clash: np.ndarray, collection: str) -> None:
+    if clash.size:
+        raise ValueError(
+            f"ids must be new to collection {collection!r}, got {clash.size} id(s) "
+            f"already stored: {np.sort(clash)[:5].tolist()}"
+        )
+
+
 def check_new_ids(ids: Any, n: int, existing: np.ndarray, collection: str) -> np.ndarray:
     """Validate ``n`` unique non-negative int64 ids not already in ``existing``."""
     arr = check_ids(ids, "ids", n=n)
     if existing.size and arr.size:
-        clash = arr[np.isin(arr, existing)]
-        if clash.size:
-            raise ValueError(
-                f"ids must be new to collection {collection!r}, got {clash.size} id(s) "
-                f"already stored: {np.sort(clash)[:5].tolist()}"
-            )
+        _raise_clash(arr[np.isin(arr, existing)], collection)
     return arr
 
 
@@ -172,23 +257,44 @@ def finalize_rows(ids: np.ndarray, scores: np.ndarray, k: int) -> SearchResult:
 class BaseStore(ABC):
     """Template for a vector store: validation, bookkeeping, errors, context manager.
 
-    A subclass sets ``supports_sparse`` and implements the hooks:
+    A subclass sets ``supports_sparse`` (and, when they differ from the
+    defaults, ``thread_safe``, ``provenance_packages``, ``max_k``,
+    ``keeps_ids``) and implements the hooks:
 
     * ``_create(info)``: allocate an empty collection (``info.dim`` may be
       ``None`` until the first insert);
     * ``_insert(info, vectors, ids)``: store validated vectors (float32
       ndarray or CSR with ``info.dim`` columns; ``info.dim`` is already set)
-      and their new unique ids; ``info.ids`` is extended *after* it returns;
+      and their new unique ids; ``info.ids`` is extended *after* it returns
+      (when ``keeps_ids``);
     * ``_search(info, queries, k)``: top-``k`` of a non-empty collection
-      for validated queries; ``k`` may exceed ``info.count`` (pad with
-      :func:`finalize_rows`);
+      for validated queries, as a finished :class:`SearchResult` (``k`` may
+      exceed the collection size: pad and order the rows, for example with
+      :func:`finalize_rows`; the caller returns it unchanged);
     * ``_drop(info)``: free the collection.
+
+    Catalog hooks, for a store whose backend holds the catalog (defaults:
+    the in-memory registry): ``_lookup(name)`` (the info or None),
+    ``_exists(name)``, ``_catalog()`` (all names), ``_count(info)``,
+    ``_stored_among(info, ids)`` (which of ``ids`` are stored) and
+    ``_is_empty(info)``.
 
     Every public verb raises a clear error on a closed store.
     """
 
     #: Whether ``create_collection(..., sparse=True)`` is accepted.
     supports_sparse: bool = False
+    #: Whether ``search`` may be called from several threads at once
+    #: (:class:`~imsearch_align.framework.interfaces.ThreadSafety`).
+    thread_safe: bool = True
+    #: Distributions whose versions :meth:`provenance` records; each store
+    #: names its client libraries (uninstalled names are left out).
+    provenance_packages: tuple[str, ...] = ("numpy",)
+    #: Largest ``k`` a search accepts (None: no limit).
+    max_k: int | None = None
+    #: Whether every stored id is kept in ``CollectionInfo.ids`` (False for
+    #: a store whose server holds them; it implements ``_stored_among``).
+    keeps_ids: bool = True
 
     def __init__(self) -> None:
         self._collections: dict[str, CollectionInfo] = {}
@@ -201,41 +307,34 @@ class BaseStore(ABC):
 
     def _get(self, name: str) -> CollectionInfo:
         self._check_open()
-        try:
-            return self._collections[name]
-        except (KeyError, TypeError):
-            existing = ", ".join(repr(n) for n in sorted(self._collections)) or "(none)"
+        info = self._lookup(name) if _is_name(name) else None
+        if info is None:
+            existing = ", ".join(repr(n) for n in self._catalog()) or "(none)"
             raise CollectionNotFoundError(
-                f"collection {name!r} does not exist; existing collections: {existing}"
-            ) from None
+                f"collection {name!r} does not exist{self._where()}; "
+                f"existing collections: {existing}"
+            )
+        return info
+
+    def _where(self) -> str:
+        """`` at <location>`` for error messages (empty for in-memory stores)."""
+        return ""
 
     def _register(self, info: CollectionInfo) -> None:
         """Record a collection (used by ``create_collection`` and by persistent stores on open)."""
         self._collections[info.name] = info
 
-    # -- public verbs ----------------------------------------------------------
-    def create_collection(
-        self, name: str, dim: int | None = None, *, sparse: bool = False, metric: str = "ip"
-    ) -> None:
-        """Create an empty collection; an existing name raises :class:`CollectionExistsError`.
+    def _forget(self, name: str) -> None:
+        """Drop a collection from the registry (it is gone from the backend)."""
+        self._collections.pop(name, None)
 
-        Args:
-            name: letters, digits and underscores, not starting with a digit
-                (Milvus's rule, so a name that works here works there).
-            dim: vector dimension; ``None`` = taken from the first insert.
-            sparse: the collection holds scipy CSR vectors.
-            metric: ``"ip"`` (inner product), the only metric.
-        """
+    # -- validation shared by the public verbs -------------------------------------
+    def _new_collection(
+        self, name: str, dim: int | None, sparse: bool, metric: str
+    ) -> CollectionInfo:
+        """Check the arguments of ``create_collection``; the info to create."""
         self._check_open()
-        if not isinstance(name, str) or not _NAME_RE.match(name):
-            raise ValueError(
-                "name must be letters, digits and underscores, not starting with a digit, "
-                f"got {name!r}"
-            )
-        if name in self._collections:
-            raise CollectionExistsError(
-                f"name: collection {name!r} already exists; drop it first or pick another name"
-            )
+        check_collection_name(name)
         if dim is not None:
             dim = check_int(dim, "dim", low=1)
         if metric not in METRICS:
@@ -244,55 +343,107 @@ class BaseStore(ABC):
             raise TypeError(f"sparse must be a bool, got {type(sparse).__name__} {sparse!r}")
         if sparse and not self.supports_sparse:
             raise TypeError(
-                f"sparse=True: {type(self).__name__} does not support sparse collections "
-                "(expected sparse=False); use ExactStore or MilvusStore for sparse vectors"
+                f"sparse=True: {type(self).__name__}{self._where()} does not support sparse "
+                "collections (expected sparse=False); use ExactStore or MilvusStore for "
+                "sparse vectors"
             )
-        info = CollectionInfo(name=name, dim=dim, sparse=sparse, metric=metric)
+        if self._exists(name):
+            raise CollectionExistsError(
+                f"name: collection {name!r} already exists{self._where()}; a store never drops "
+                "a collection to make room: drop it first or pick another name "
+                "(unique_collection_name gives one per run)"
+            )
+        return CollectionInfo(name=name, dim=dim, sparse=sparse, metric=metric)
+
+    def _prepare_insert(self, name: str, vectors: Any, ids: Any) -> tuple[CollectionInfo, Any, Any]:
+        """Checks of ``insert`` that need no backend: the info, vectors and ids."""
+        info = self._get(name)
+        m = check_vectors(vectors, "vectors", info)
+        return info, m, check_ids(ids, "ids", n=int(m.shape[0]))
+
+    def _check_new(self, info: CollectionInfo, ids: np.ndarray) -> None:
+        """Refuse ids already stored in the collection."""
+        if ids.size:
+            _raise_clash(self._stored_among(info, ids), info.name)
+
+    def _prepare_search(
+        self, name: str, queries: Any, k: Any
+    ) -> tuple[CollectionInfo, Any, int, SearchResult | None]:
+        """Checks of ``search``: the info, queries, ``k`` and the answer if no search is needed."""
+        k = check_k(k, self.max_k)
+        info = self._get(name)
+        q = check_vectors(queries, "queries", info)
+        if q.shape[0] == 0 or self._is_empty(info):
+            return info, q, k, empty_result(q.shape[0], k)
+        return info, q, k, None
+
+    # -- public verbs ----------------------------------------------------------
+    def create_collection(
+        self, name: str, dim: int | None = None, *, sparse: bool = False, metric: str = "ip"
+    ) -> None:
+        """Create an empty collection; an existing name raises :class:`CollectionExistsError`.
+
+        Args:
+            name: letters, digits and underscores, not starting with a digit,
+                at most 255 characters (Milvus's rule, so a name that works
+                here works there; see :func:`unique_collection_name`).
+            dim: vector dimension; ``None`` = taken from the first insert.
+            sparse: the collection holds scipy CSR vectors.
+            metric: ``"ip"`` (inner product), the only metric.
+        """
+        info = self._new_collection(name, dim, sparse, metric)
         self._create(info)
         self._register(info)
 
     def insert(self, name: str, vectors: Any, ids: Any) -> None:
         """Add ``vectors`` (float32 ``(n, d)`` or CSR for sparse collections) with new int64 ``ids``."""
-        info = self._get(name)
-        m = check_vectors(vectors, "vectors", info)
-        new_ids = check_new_ids(ids, m.shape[0], info.ids, name)
+        info, m, new_ids = self._prepare_insert(name, vectors, ids)
+        self._check_new(info, new_ids)
         if m.shape[0] == 0:
             return
         if info.dim is None:
             info.dim = int(m.shape[1])
         self._insert(info, m, new_ids)
-        info.ids = np.concatenate([info.ids, new_ids])
+        if self.keeps_ids:
+            info.ids = np.concatenate([info.ids, new_ids])
 
     def search(self, name: str, queries: Any, k: int) -> SearchResult:
         """Top-``k`` by inner product per query row; see :class:`SearchResult`."""
-        k = check_k(k)
-        info = self._get(name)
-        q = check_vectors(queries, "queries", info)
-        if info.count == 0:
-            return empty_result(q.shape[0], k)
-        if q.shape[0] == 0:
-            return empty_result(0, k)
+        info, q, k, done = self._prepare_search(name, queries, k)
+        if done is not None:
+            return done
         return self._search(info, q, k)
 
     def drop_collection(self, name: str) -> None:
         """Remove a collection and its data."""
         info = self._get(name)
         self._drop(info)
-        del self._collections[name]
+        self._forget(name)
 
     def has_collection(self, name: str) -> bool:
         """Whether the collection exists."""
         self._check_open()
-        return name in self._collections
+        # No collection can have a name outside the rule (and a server may
+        # refuse to be asked about one).
+        return _is_name(name) and self._exists(name)
 
     def count(self, name: str) -> int:
         """Number of vectors stored in the collection."""
-        return self._get(name).count
+        return self._count(self._get(name))
 
     def list_collections(self) -> list[str]:
         """Names of all collections, sorted."""
         self._check_open()
-        return sorted(self._collections)
+        return self._catalog()
+
+    def provenance(self) -> dict[str, Any]:
+        """What a result records about this store: ``{"packages": {dist: version}}``.
+
+        The distributions are ``provenance_packages`` (see
+        :class:`~imsearch_align.framework.interfaces.StoreProvenance`); a
+        store with a server adds what the server reports about itself.
+        """
+        return {"packages": package_versions(self.provenance_packages)}
 
     def close(self) -> None:
         """Release everything; closing twice is allowed."""
@@ -309,7 +460,32 @@ class BaseStore(ABC):
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    # -- hooks -----------------------------------------------------------------
+    # -- catalog hooks (defaults: the in-memory registry) ----------------------------
+    def _lookup(self, name: str) -> CollectionInfo | None:
+        """The collection's info, or None if there is no such collection."""
+        return self._collections.get(name)
+
+    def _exists(self, name: str) -> bool:
+        """Whether a collection of this name exists (asked of the backend if it has one)."""
+        return self._lookup(name) is not None
+
+    def _catalog(self) -> list[str]:
+        """Every collection name, sorted."""
+        return sorted(self._collections)
+
+    def _count(self, info: CollectionInfo) -> int:
+        """Number of stored vectors."""
+        return info.count
+
+    def _stored_among(self, info: CollectionInfo, ids: np.ndarray) -> np.ndarray:
+        """Which of ``ids`` the collection already holds."""
+        return ids[np.isin(ids, info.ids)] if info.ids.size else ids[:0]
+
+    def _is_empty(self, info: CollectionInfo) -> bool:
+        """Whether a search can be answered with no-hits without asking the backend."""
+        return self.keeps_ids and info.count == 0
+
+    # -- data hooks -----------------------------------------------------------------
     def _create(self, info: CollectionInfo) -> None:  # noqa: B027 - an optional hook
         """Allocate an empty collection (default: nothing to do)."""
 
@@ -319,7 +495,7 @@ class BaseStore(ABC):
 
     @abstractmethod
     def _search(self, info: CollectionInfo, queries: Any, k: int) -> SearchResult:
-        """Top-``k`` of validated queries (rows finalised by the caller)."""
+        """Top-``k`` of validated queries as finished rows: ordered by the tie rule, padded."""
 
     def _drop(self, info: CollectionInfo) -> None:
         """Free a collection (default: forget its state)."""

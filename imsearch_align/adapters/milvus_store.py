@@ -9,21 +9,54 @@ One adapter, three deployments, chosen by ``uri``:
   standalone (PyPI ``milvus`` 2.3.5, ``docker/milvus-compose.yml``) or a
   cluster (Helm chart / Milvus Operator); only the URI changes.
 
+:class:`MilvusStore` is a :class:`~imsearch_align.adapters.base.BaseStore`:
+the same name rule, input checks and errors as every other store. The
+server holds the catalog and the ids (``keeps_ids = False``): collections
+made by other clients are found, counts are ``count(*)`` queries, and
+duplicate ids are looked up on the server before an insert.
+
 Collections have an ``INT64`` primary key ``id`` (the caller's ids), a
 vector field ``vector`` (``FLOAT_VECTOR`` or ``SPARSE_FLOAT_VECTOR`` with
 ``SPARSE_INVERTED_INDEX``), metric ``IP``, and a dynamic field, so scalar
 metadata columns given at insert can be filtered on at search. Consistency
 is ``Strong`` by default, so what was inserted is what is searched.
 
+**Ownership** (servers are shared between runs): every collection a store
+creates carries the property ``imsearch_align.owner`` = the store's
+``owner`` token (random per store unless given; pass a run id so a resumed
+run owns its collections again). Any store may search any collection; only
+the owner may insert into it or drop it (``drop_collection(name,
+force=True)`` overrides); creating an existing name raises
+:class:`~imsearch_align.adapters.base.CollectionExistsError` and never
+drops anything; a creation race between two stores is detected by reading
+the marker back. Build unique names with
+:func:`~imsearch_align.adapters.base.unique_collection_name`.
+
+**Faults** (one retry budget per outage, ``retry_budget_s``): a broken
+connection (gRPC UNAVAILABLE, connect failed, deadline exceeded) is retried
+with backoff (pymilvus reconnects the channel) until the server answers
+or the budget is spent; a collection the server reports as not loaded (it
+was restarted: ``state 'released'``) is loaded again and the request
+repeated; an insert that may have reached the server before the failure is
+repeated only for the ids not stored. When the budget is spent the store
+raises :class:`MilvusUnavailableError` (a
+:class:`~imsearch_align.framework.interfaces.StoreUnavailableError`) with
+the URI and the cause in one line, and every later call that fails the
+same way raises at once (no new budget) until the server answers again.
+Errors that cannot heal are never retried: a collection dropped by another
+client raises :class:`~imsearch_align.adapters.base.CollectionNotFoundError`,
+a refused request (bad expression, parameter) :class:`MilvusStoreError`.
+pymilvus's own log of every failed RPC (a traceback each) is silenced by
+:func:`quiet_pymilvus_logs`; the store logs one warning when an outage
+starts and one line when it ends.
+
 Server limits handled here (https://milvus.io/docs/limitations.md): inserts
 and searches are split under the 64 MB request limit and searches under
 16,384 queries per request; ``k`` above the 16,384 top-k limit is a clear
 error (set ``max_k`` for a server configured higher). Sparse queries are sent
-one dict per row (pymilvus 3.0.2 fails on a whole CSR matrix). Transient
-gRPC failures (unavailable, deadline exceeded, connect failed) are retried
-with exponential backoff, then raise :class:`MilvusUnavailableError` showing
-the URI without credentials. The token (argument or ``MILVUS_TOKEN``) is
-never logged, shown in ``repr`` or put into an error message.
+one dict per row (pymilvus 3.0.2 fails on a whole CSR matrix). The token
+(argument or ``MILVUS_TOKEN``) is never logged, shown in ``repr``, put into
+an error message or into :meth:`MilvusStore.provenance`.
 """
 
 from __future__ import annotations
@@ -33,7 +66,9 @@ import os
 import re
 import threading
 import time
+import uuid
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
@@ -41,18 +76,25 @@ from urllib.parse import urlsplit, urlunsplit
 import numpy as np
 
 from imsearch_align.adapters.base import (
+    BaseStore,
     CollectionExistsError,
     CollectionInfo,
     CollectionNotFoundError,
-    check_vectors,
-    empty_result,
+    CollectionOwnedError,
     finalize_rows,
 )
-from imsearch_align.framework.interfaces import SearchResult
+from imsearch_align.framework.interfaces import SearchResult, StoreUnavailableError
 from imsearch_align.framework.registry import STORES
-from imsearch_align.framework.validation import check_ids, check_int
+from imsearch_align.framework.validation import check_int
 
-__all__ = ["INDEX_TYPES", "MilvusStore", "MilvusStoreError", "MilvusUnavailableError"]
+__all__ = [
+    "INDEX_TYPES",
+    "OWNER_PROPERTY",
+    "MilvusStore",
+    "MilvusStoreError",
+    "MilvusUnavailableError",
+    "quiet_pymilvus_logs",
+]
 
 log = logging.getLogger(__name__)
 
@@ -67,15 +109,17 @@ INDEX_TYPES: dict[str, tuple[frozenset[str], frozenset[str]]] = {
 MAX_NQ = 16_384
 MAX_TOPK = 16_384
 MAX_REQUEST_BYTES = 64 * 1024 * 1024
+MAX_DIM = 32_768
 CONSISTENCY_LEVELS = ("Strong", "Bounded", "Session", "Eventually")
+#: Collection property holding the owner token of the store that created it.
+OWNER_PROPERTY = "imsearch_align.owner"
 
 _ID_FIELD = "id"
 _VEC_FIELD = "vector"
-# Milvus's collection-name rule (letters, digits, underscores; no leading
-# digit; at most 255 characters). Milvus Lite is laxer, so checking here keeps
-# a name that works on Lite working on a server.
-_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,254}$")
+_RESERVED = (_ID_FIELD, _VEC_FIELD)
 _SCALAR_TYPES = {"int": "INT64", "float": "DOUBLE", "str": "VARCHAR", "bool": "BOOL"}
+_OWNER_RE = re.compile(r"^[A-Za-z0-9_.:-]{1,128}$")
+_FIELD_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,254}$")
 
 # Milvus Lite data directories opened in this process -> number of open stores.
 _LITE_REFS: dict[str, int] = {}
@@ -86,28 +130,8 @@ class MilvusStoreError(RuntimeError):
     """Milvus refused a request; the message says which and why."""
 
 
-class MilvusUnavailableError(ConnectionError):
-    """The server did not answer after the configured retries."""
-
-
-def _import_pymilvus() -> Any:
-    try:
-        import pymilvus
-    except ImportError as exc:  # pragma: no cover - exercised only without the extra
-        raise ImportError(
-            "MilvusStore needs pymilvus (and milvus-lite for a local .db): "
-            "pip install 'imsearch-align[milvus]'"
-        ) from exc
-    return pymilvus
-
-
-def _redact_uri(uri: str) -> str:
-    """``uri`` without user:password (a token can also travel there)."""
-    parts = urlsplit(uri)
-    if parts.scheme and parts.hostname and (parts.username or parts.password):
-        host = parts.hostname + (f":{parts.port}" if parts.port else "")
-        return urlunsplit((parts.scheme, host, parts.path, parts.query, parts.fragment))
-    return uri
+class MilvusUnavailableError(StoreUnavailableError):
+    """The server did not answer within the store's retry budget."""
 
 
 class _LiteUnimplementedFilter(logging.Filter):
@@ -124,42 +148,149 @@ class _LiteUnimplementedFilter(logging.Filter):
         return not (isinstance(exc, NotImplementedError) and "not implemented" in str(exc))
 
 
+class _PymilvusRpcLogFilter(logging.Filter):
+    """Drop pymilvus's log of each failed RPC and each failed reconnect.
+
+    pymilvus logs every failed request at ERROR with a full traceback, and
+    every failed channel recovery at WARNING with another; a dead server
+    then fills the log with pages of them. MilvusStore turns every failure
+    into one exception (and one warning per outage), so these records only
+    repeat it.
+    """
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.funcName in ("_log_rpc_error", "_recover"):
+            return False
+        msg = record.getMessage()
+        return not ("Retry run out of" in msg or "Retry timeout" in msg)
+
+
 _LITE_LOG_FILTER = _LiteUnimplementedFilter()
+_RPC_LOG_FILTER = _PymilvusRpcLogFilter()
+
+
+def quiet_pymilvus_logs() -> None:
+    """Silence pymilvus's per-RPC error tracebacks in this process (idempotent).
+
+    Applies to every pymilvus client of the process: their errors still
+    raise; only the duplicate log records are dropped.
+    """
+    for name in ("pymilvus.decorators", "pymilvus.client.connection_manager"):
+        logging.getLogger(name).addFilter(_RPC_LOG_FILTER)  # a set: adding twice is a no-op
+
+
+def _import_pymilvus() -> Any:
+    try:
+        import pymilvus
+    except ImportError as exc:  # pragma: no cover - exercised only without the extra
+        raise ImportError(
+            "MilvusStore needs pymilvus (and milvus-lite for a local .db): "
+            "pip install 'imsearch-align[milvus]'"
+        ) from exc
+    # After the import: pymilvus configures its loggers when it is imported.
+    quiet_pymilvus_logs()
+    return pymilvus
+
+
+def _redact_uri(uri: str) -> str:
+    """``uri`` without user:password (a token can also travel there)."""
+    parts = urlsplit(uri)
+    if parts.scheme and parts.hostname and (parts.username or parts.password):
+        host = parts.hostname + (f":{parts.port}" if parts.port else "")
+        return urlunsplit((parts.scheme, host, parts.path, parts.query, parts.fragment))
+    return uri
 
 
 def _is_lite_uri(uri: str) -> bool:
     return uri.endswith(".db") or (not re.match(r"^[a-z]+://", uri) and Path(uri).is_dir())
 
 
-def _is_transient(exc: BaseException) -> bool:
-    """UNAVAILABLE / DEADLINE_EXCEEDED / connect failures, from grpc or pymilvus."""
+# -- what a failure means ----------------------------------------------------------
+_TRANSIENT = "transient"  # connection broken, server restarting: wait and retry
+_NOT_LOADED = "not_loaded"  # the server was restarted: load the collection, retry
+_NOT_FOUND = "not_found"  # the collection is gone: never retried
+_EXISTS = "exists"  # create_collection on a taken name
+_REFUSED = "refused"  # bad parameters, expression...: never retried
+_OTHER = "other"  # not a Milvus error at all (a bug): re-raised as is
+
+_TRANSIENT_TEXT = (
+    "server unavailable",
+    "deadline exceeded",
+    "fail connecting",
+    "failed to connect",
+    "connection refused",
+    "closed channel",
+    "not ready",
+    "notreadyserve",
+    "socket closed",
+    "stream removed",
+)
+
+
+def _error_text(exc: BaseException) -> str:
+    text = str(getattr(exc, "message", "") or "")
+    if not text and hasattr(exc, "details"):
+        try:
+            text = str(exc.details() or "")
+        except Exception:  # a grpc error without details
+            text = ""
+    return text or str(exc)
+
+
+def _classify(exc: BaseException) -> str:
+    """Sort a failed call into one of the kinds above (grpc or pymilvus errors)."""
     try:
         import grpc
     except ImportError:  # pragma: no cover - grpc comes with pymilvus
         grpc = None
-    transient_grpc = ()
-    if grpc is not None:
-        transient_grpc = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED)
-        if isinstance(exc, grpc.RpcError) and exc.code() in transient_grpc:
-            return True
+    if grpc is not None and isinstance(exc, grpc.RpcError):
+        code = exc.code() if callable(getattr(exc, "code", None)) else None
+        if code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED):
+            return _TRANSIENT
+        return _REFUSED
+    if isinstance(exc, ValueError) and "closed channel" in str(exc).lower():
+        return _TRANSIENT  # a call raced with pymilvus resetting the channel
     pymilvus = _import_pymilvus()
+    if not isinstance(exc, pymilvus.exceptions.MilvusException):
+        return _OTHER
     if isinstance(exc, pymilvus.exceptions.MilvusUnavailableException):
-        return True
-    if isinstance(exc, pymilvus.exceptions.MilvusException):
-        code = exc.code
-        if code in transient_grpc:
-            return True
-        from pymilvus.client.types import Status
+        return _TRANSIENT
+    from pymilvus.client.types import Status
 
-        if code == Status.CONNECT_FAILED:
-            return True
-        msg = str(getattr(exc, "message", "")).lower()
-        return "server unavailable" in msg or "deadline exceeded" in msg
-    return False
+    code = exc.code
+    text = _error_text(exc).lower()
+    if code == Status.CONNECT_FAILED or any(t in text for t in _TRANSIENT_TEXT):
+        return _TRANSIENT
+    if grpc is not None and code in (
+        grpc.StatusCode.UNAVAILABLE,
+        grpc.StatusCode.DEADLINE_EXCEEDED,
+    ):
+        return _TRANSIENT
+    if code == 101 or "not loaded" in text or "state 'released'" in text:
+        return _NOT_LOADED
+    if code == 100 or "collection not found" in text or "can't find collection" in text:
+        return _NOT_FOUND
+    # Milvus Lite answers a create that lost a race with "[Errno 17] File exists".
+    if "already exists" in text or "duplicate collection" in text or "file exists" in text:
+        return _EXISTS
+    return _REFUSED
+
+
+@dataclass
+class _Meta:
+    """What MilvusStore keeps about a collection (``CollectionInfo.state``)."""
+
+    owner: str | None
+    #: Rows known to be stored (None: not read yet); inserts add to it.
+    count: int | None = None
+    #: A dense collection created with ``dim=None``: made on the server by
+    #: the first insert, which brings the dimension.
+    pending: bool = False
+    fields: dict[str, str] = field(default_factory=dict)
 
 
 @STORES.register("milvus")
-class MilvusStore:
+class MilvusStore(BaseStore):
     """Milvus (Lite file, Lite server, standalone, cluster) as a vector store.
 
     Args:
@@ -167,6 +298,11 @@ class MilvusStore:
             in-process) or ``"http://host:port"`` (a server).
         token: ``"user:password"`` or an API key; default ``MILVUS_TOKEN``.
             Never logged or shown.
+        owner: ownership token written on the collections this store
+            creates (1-128 letters, digits, ``_.:-``); only a store with
+            the same owner may insert into them or drop them. Default: a
+            fresh random token per store. Pass a run id to reclaim a run's
+            collections after a restart of the run.
         index: ``"FLAT"`` (exact), ``"HNSW"``, ``"IVF_FLAT"`` or
             ``"AUTOINDEX"`` for dense collections; sparse collections always
             use ``SPARSE_INVERTED_INDEX`` (exact inner product).
@@ -177,7 +313,9 @@ class MilvusStore:
             to the next search), ``"Bounded"``, ``"Session"``, ``"Eventually"``.
         db_name: Milvus database ("" = default).
         timeout: per-request timeout in seconds (None = pymilvus default).
-        retries: retries of a transient failure (0 = try once).
+        retry_budget_s: how long one outage may last before the store gives
+            up with :class:`MilvusUnavailableError` (a Milvus Lite server
+            restarts in 1-3 s; a Milvus 2.3.5 standalone in about 10 s).
         backoff_s: first wait between retries; doubles each time ...
         max_backoff_s: ... up to this.
         request_bytes: payload budget of one insert or search request
@@ -187,32 +325,49 @@ class MilvusStore:
         check_duplicates: before an insert, ask Milvus whether any of the
             ids is already stored (Milvus itself would keep both rows).
 
-    Scalar metadata: ``insert(..., fields={"cat": array})`` stores columns
-    (int, float, str, bool) beside each vector; ``search(..., filter="cat ==
-    3")`` passes a Milvus boolean expression through.
+    Scalar metadata: ``create_collection(..., fields={"cat": "int"})`` and
+    ``insert(..., fields={"cat": array})`` store columns (int, float, str,
+    bool) beside each vector; ``search(..., filter="cat == 3")`` passes a
+    Milvus boolean expression through.
     """
+
+    #: pymilvus's MilvusClient is safe to share between threads (one gRPC
+    #: channel; checked with concurrent searches against a real server in
+    #: tests/adapters/test_milvus_faults.py); the store's own state is locked.
+    thread_safe = True
+    provenance_packages = ("pymilvus", "milvus-lite")
+    keeps_ids = False
 
     def __init__(
         self,
         uri: str = "milvus.db",
         *,
         token: str | None = None,
+        owner: str | None = None,
         index: str = "FLAT",
         index_params: Mapping[str, Any] | None = None,
         search_params: Mapping[str, Any] | None = None,
         consistency_level: str = "Strong",
         db_name: str = "",
         timeout: float | None = None,
-        retries: int = 3,
-        backoff_s: float = 0.5,
-        max_backoff_s: float = 8.0,
+        retry_budget_s: float = 10.0,
+        backoff_s: float = 0.1,
+        max_backoff_s: float = 1.0,
         request_bytes: int = 48 * 1024 * 1024,
         max_k: int = MAX_TOPK,
         check_duplicates: bool = True,
     ) -> None:
+        super().__init__()
         if not isinstance(uri, str | os.PathLike) or not str(uri):
             raise TypeError(f"uri must be a path or 'http://host:port' string, got {uri!r}")
         self.uri = str(uri)
+        if owner is None:
+            owner = uuid.uuid4().hex
+        if not isinstance(owner, str) or not _OWNER_RE.match(owner):
+            raise ValueError(
+                f"owner must be 1-128 letters, digits or '_.:-' characters, got {owner!r}"
+            )
+        self.owner = owner
         idx = str(index).upper()
         if idx not in INDEX_TYPES:
             raise ValueError(f"index must be one of {sorted(INDEX_TYPES)}, got {index!r}")
@@ -232,10 +387,14 @@ class MilvusStore:
                 f"timeout must be a positive number of seconds or None, got {timeout!r}"
             )
         self.timeout = timeout
-        self.retries = check_int(retries, "retries", low=0)
-        for nm, v in (("backoff_s", backoff_s), ("max_backoff_s", max_backoff_s)):
-            if not isinstance(v, int | float) or v < 0:
+        for nm, v in (
+            ("retry_budget_s", retry_budget_s),
+            ("backoff_s", backoff_s),
+            ("max_backoff_s", max_backoff_s),
+        ):
+            if isinstance(v, bool) or not isinstance(v, int | float) or not v >= 0:
                 raise ValueError(f"{nm} must be a number >= 0, got {v!r}")
+        self.retry_budget_s = float(retry_budget_s)
         self.backoff_s = float(backoff_s)
         self.max_backoff_s = float(max_backoff_s)
         self.request_bytes = check_int(
@@ -247,10 +406,12 @@ class MilvusStore:
         self.__token = token if token is not None else os.environ.get("MILVUS_TOKEN", "")
         self._client: Any = None
         self._lite_path: str | None = None
-        self._infos: dict[str, CollectionInfo] = {}
-        self._loaded: set[str] = set()
         self._server_version: str | None = None
-        self._closed = False
+        # Guards the client, the catalog cache and the outage state; never
+        # held across a request, so searches from several threads overlap.
+        self._lock = threading.RLock()
+        self._outage_since: float | None = None
+        self._gave_up = False
 
     @staticmethod
     def _check_params(params: Mapping[str, Any] | None, allowed: frozenset[str], name: str) -> dict:
@@ -268,11 +429,15 @@ class MilvusStore:
     def __repr__(self) -> str:
         return (
             f"MilvusStore(uri={_redact_uri(self.uri)!r}, index={self.index!r}, "
-            f"consistency_level={self.consistency_level!r}, token={'***' if self.__token else None})"
+            f"consistency_level={self.consistency_level!r}, owner={self.owner!r}, "
+            f"token={'***' if self.__token else None})"
         )
 
+    def _where(self) -> str:
+        return f" at {_redact_uri(self.uri)}"
+
     @property
-    def supports_sparse(self) -> bool:
+    def supports_sparse(self) -> bool:  # type: ignore[override]
         """Whether the target has SPARSE_FLOAT_VECTOR: Milvus Lite and servers >= 2.4.
 
         For a server this asks its version once (Milvus 2.3 accepts a sparse
@@ -280,9 +445,9 @@ class MilvusStore:
         """
         if self.is_lite:
             return True
-        if self._server_version is None:
-            self._server_version = str(self._call("get_server_version", None, "get_server_version"))
-        found = re.search(r"(\d+)\.(\d+)", self._server_version)
+        version = self.server_version()
+        found = re.search(r"(\d+)\.(\d+)", version)
+        # Lite servers report "milvus_lite-3.x"; unknown formats get the benefit of the doubt.
         return found is None or (int(found[1]), int(found[2])) >= (2, 4)
 
     @property
@@ -290,135 +455,301 @@ class MilvusStore:
         """Whether ``uri`` selects Milvus Lite in-process."""
         return _is_lite_uri(self.uri)
 
-    # -- connection and retries -------------------------------------------------
-    def _connect(self) -> Any:
-        if self._closed:
-            raise RuntimeError("MilvusStore is closed; open a new store")
-        if self._client is not None:
-            return self._client
-        pymilvus = _import_pymilvus()
-        target = self.uri
+    def server_version(self) -> str:
+        """The version the server reports (``get_server_version``), asked once."""
+        if self._server_version is None:
+            self._server_version = str(self._call("get_server_version", None, "get_server_version"))
+        return self._server_version
+
+    @property
+    def deployment(self) -> str:
+        """``"milvus-lite (in-process)"``, ``"milvus-lite server"`` or ``"milvus server"``."""
         if self.is_lite:
-            # Start the in-process server ourselves (pymilvus would do it for
-            # .db only) so directories work too and close() can release it.
-            try:
+            return "milvus-lite (in-process)"
+        if self.server_version().startswith("milvus_lite"):
+            return "milvus-lite server"
+        return "milvus server (standalone or cluster)"
+
+    def provenance(self) -> dict[str, Any]:
+        """Client package versions, the server's own version and the deployment kind.
+
+        Never the token or a local path (a Lite data directory is not recorded).
+        """
+        out = super().provenance()
+        out["server_version"] = self.server_version()
+        out["deployment"] = self.deployment
+        return out
+
+    # -- connection, retries, healing ----------------------------------------------------
+    def _connect(self) -> Any:
+        with self._lock:
+            self._check_open()
+            if self._client is not None:
+                return self._client
+            pymilvus = _import_pymilvus()
+            target = self.uri
+            if self.is_lite and self._lite_path is None:
+                self._lite_path = self._start_lite()
+            if self._lite_path is not None:
                 from milvus_lite.server_manager import server_manager_instance
-            except ImportError as exc:
-                raise ImportError(
-                    "a local Milvus Lite uri needs milvus-lite: pip install 'imsearch-align[milvus]'"
-                ) from exc
-            logging.getLogger("grpc._server").addFilter(_LITE_LOG_FILTER)  # idempotent
-            path = os.path.abspath(self.uri)
-            if not Path(path).parent.is_dir():
-                raise FileNotFoundError(f"uri: the parent directory of {self.uri!r} does not exist")
-            with _LITE_LOCK:
-                target = server_manager_instance.start_and_get_uri(path)
-                if target is None:
-                    raise MilvusStoreError(
-                        f"uri: Milvus Lite could not open {self.uri!r} (is another process "
-                        "using this data directory? Milvus Lite allows one process per directory)"
-                    )
-                _LITE_REFS[path] = _LITE_REFS.get(path, 0) + 1
-            self._lite_path = path
-        kwargs: dict[str, Any] = {"uri": target, "db_name": self.db_name}
-        if self.__token:
-            kwargs["token"] = self.__token
-        if self.timeout is not None:
-            kwargs["timeout"] = self.timeout
-        self._client = self._retry("connect", None, lambda: pymilvus.MilvusClient(**kwargs))
-        return self._client
+
+                target = server_manager_instance.start_and_get_uri(self._lite_path)
+            kwargs: dict[str, Any] = {"uri": target, "db_name": self.db_name, "dedicated": True}
+            if self.__token:
+                kwargs["token"] = self.__token
+            # Also pymilvus's wait for the channel, on connect and on reconnect.
+            kwargs["timeout"] = self.timeout or max(1.0, min(10.0, self.retry_budget_s))
+            self._client = pymilvus.MilvusClient(**kwargs)
+            return self._client
+
+    def _start_lite(self) -> str:
+        # Start the in-process server ourselves (pymilvus would do it for
+        # .db only) so directories work too and close() can release it.
+        try:
+            from milvus_lite.server_manager import server_manager_instance
+        except ImportError as exc:
+            raise ImportError(
+                "a local Milvus Lite uri needs milvus-lite: pip install 'imsearch-align[milvus]'"
+            ) from exc
+        logging.getLogger("grpc._server").addFilter(_LITE_LOG_FILTER)  # idempotent
+        path = os.path.abspath(self.uri)
+        if not Path(path).parent.is_dir():
+            raise FileNotFoundError(f"uri: the parent directory of {self.uri!r} does not exist")
+        with _LITE_LOCK:
+            if server_manager_instance.start_and_get_uri(path) is None:
+                raise MilvusStoreError(
+                    f"uri: Milvus Lite could not open {self.uri!r} (is another process "
+                    "using this data directory? Milvus Lite allows one process per directory)"
+                )
+            _LITE_REFS[path] = _LITE_REFS.get(path, 0) + 1
+        return path
 
     def _scrub(self, text: str) -> str:
         if self.__token:
             text = text.replace(self.__token, "***")
-        return text.replace(self.uri, _redact_uri(self.uri))
-
-    def _retry(self, op: str, collection: str | None, fn: Callable[[], Any]) -> Any:
-        """Run ``fn``; retry transient failures with exponential backoff."""
-        wait = self.backoff_s
-        start = time.monotonic()
-        for attempt in range(self.retries + 1):
-            try:
-                return fn()
-            except Exception as exc:
-                if not _is_transient(exc):
-                    raise
-                last = exc
-                if attempt < self.retries:
-                    log.warning(
-                        "Milvus %s at %s failed (%s); retry %d/%d in %.2f s",
-                        op,
-                        _redact_uri(self.uri),
-                        type(exc).__name__,
-                        attempt + 1,
-                        self.retries,
-                        wait,
-                    )
-                    time.sleep(wait)
-                    wait = min(wait * 2, self.max_backoff_s)
-        where = f" on collection {collection!r}" if collection else ""
-        detail = self._scrub(str(getattr(last, "message", "") or last))
-        raise MilvusUnavailableError(
-            f"Milvus at {_redact_uri(self.uri)} is unavailable: {op}{where} failed after "
-            f"{self.retries + 1} attempt(s) over {time.monotonic() - start:.1f} s "
-            f"({type(last).__name__}: {detail}). Is the server running and the uri right?"
-        ) from None
+        text = text.replace(self.uri, _redact_uri(self.uri))
+        # One line, bounded: a server's message can carry a stack of its own.
+        text = " ".join(text.split())
+        return text if len(text) <= 300 else text[:297] + "..."
 
     def _call(self, op: str, collection: str | None, method: str, *args: Any, **kwargs: Any) -> Any:
-        """A client method with retries; Milvus refusals become clear errors."""
-        client = self._connect()
+        """A client method through :meth:`_run` (retries, reload, clear errors)."""
         if self.timeout is not None:
             kwargs.setdefault("timeout", self.timeout)
-        pymilvus = _import_pymilvus()
-        try:
-            return self._retry(op, collection, lambda: getattr(client, method)(*args, **kwargs))
-        except pymilvus.exceptions.MilvusException as exc:
-            where = f" on collection {collection!r}" if collection else ""
-            msg = self._scrub(str(getattr(exc, "message", "") or exc))
-            raise MilvusStoreError(
-                f"Milvus at {_redact_uri(self.uri)} refused {op}{where}: {msg} (code {exc.code})"
-            ) from None
+        return self._run(op, collection, lambda client, _: getattr(client, method)(*args, **kwargs))
 
-    # -- bookkeeping ------------------------------------------------------------
-    def _info(self, name: str) -> CollectionInfo:
-        """Collection kind and dimension, from the cache or Milvus (another client may own it)."""
-        if name in self._infos:
-            return self._infos[name]
-        if not isinstance(name, str) or not self.has_collection(name):
-            existing = ", ".join(repr(n) for n in self.list_collections()) or "(none)"
-            raise CollectionNotFoundError(
-                f"collection {name!r} does not exist at {_redact_uri(self.uri)}; "
-                f"existing collections: {existing}"
+    def _run(self, op: str, collection: str | None, fn: Callable[[Any, bool], Any]) -> Any:
+        """Run ``fn(client, retried)``; heal what can heal, translate the rest.
+
+        ``retried`` is True once an attempt failed in a way that may have
+        reached the server (a broken connection), so a write can skip what
+        was already applied.
+        """
+        wait = self.backoff_s
+        retried = False
+        reloaded = False
+        while True:
+            try:
+                result = fn(self._connect(), retried)
+            except Exception as exc:
+                kind = _classify(exc)
+                if kind == _NOT_LOADED and collection is not None and not reloaded:
+                    reloaded = True
+                    self._load(collection)
+                    continue
+                if kind == _TRANSIENT:
+                    wait = self._wait_out(op, collection, exc, wait)
+                    retried = True
+                    reloaded = False  # a restart in between releases it again
+                    continue
+                if kind == _OTHER:
+                    raise
+                raise self._translate(op, collection, exc, kind) from None
+            self._recovered()
+            return result
+
+    def _load(self, name: str) -> None:
+        """Load a collection the server reports as released (after a server restart)."""
+        t0 = time.monotonic()
+        self._call("load_collection", name, "load_collection", name)
+        log.info(
+            "Milvus at %s had released collection %r (restarted?); loaded it again in %.2f s",
+            _redact_uri(self.uri),
+            name,
+            time.monotonic() - t0,
+        )
+
+    def _wait_out(self, op: str, collection: str | None, exc: BaseException, wait: float) -> float:
+        """Sleep before the next attempt, or raise once the outage outlasts the budget."""
+        where = f" on collection {collection!r}" if collection else ""
+        cause = f"{type(exc).__name__}: {self._scrub(_error_text(exc))}"
+        with self._lock:
+            now = time.monotonic()
+            if self._outage_since is None:
+                self._outage_since = now
+                if not self._gave_up:
+                    log.warning(
+                        "Milvus at %s is not answering (%s%s: %s); retrying for up to %.1f s",
+                        _redact_uri(self.uri),
+                        op,
+                        where,
+                        cause,
+                        self.retry_budget_s,
+                    )
+            elapsed = now - self._outage_since
+            if self._gave_up or elapsed >= self.retry_budget_s:
+                self._gave_up = True
+                raise MilvusUnavailableError(
+                    f"Milvus at {_redact_uri(self.uri)} is unavailable: {op}{where} failed and "
+                    f"the server did not answer for {elapsed:.1f} s (retry_budget_s="
+                    f"{self.retry_budget_s:g}); last error {cause}. Is the server running and "
+                    "the uri right?"
+                ) from None
+            pause = min(wait, self.retry_budget_s - elapsed)
+        time.sleep(max(pause, 0.0))
+        return min(max(wait, 1e-3) * 2, self.max_backoff_s)
+
+    def _recovered(self) -> None:
+        if self._outage_since is None and not self._gave_up:
+            return
+        with self._lock:
+            if self._outage_since is not None or self._gave_up:
+                since = self._outage_since
+                took = "" if since is None else f" after {time.monotonic() - since:.1f} s"
+                log.warning("Milvus at %s answers again%s", _redact_uri(self.uri), took)
+                self._outage_since = None
+                self._gave_up = False
+
+    def _translate(
+        self, op: str, collection: str | None, exc: BaseException, kind: str
+    ) -> Exception:
+        where = f" on collection {collection!r}" if collection else ""
+        msg = self._scrub(_error_text(exc))
+        if kind == _NOT_FOUND and collection is not None:
+            self._forget(collection)
+            return CollectionNotFoundError(
+                f"collection {collection!r} does not exist at {_redact_uri(self.uri)} "
+                f"({op}: {msg}); was it dropped by another client?"
             )
-        desc = self._call("describe_collection", name, "describe_collection", name)
+        if kind == _EXISTS and op == "create_collection" and collection is not None:
+            return CollectionExistsError(
+                f"name: collection {collection!r} already exists at {_redact_uri(self.uri)}; "
+                "a store never drops a collection to make room: pick another name"
+            )
+        return MilvusStoreError(
+            f"Milvus at {_redact_uri(self.uri)} refused {op}{where}: {msg} "
+            f"(code {getattr(exc, 'code', '?')})"
+        )
+
+    # -- catalog (the server holds it) --------------------------------------------------
+    def _lookup(self, name: str) -> CollectionInfo | None:
+        with self._lock:
+            info = self._collections.get(name)
+        if info is not None:
+            return info
+        try:
+            desc = self._call("describe_collection", name, "describe_collection", name)
+        except CollectionNotFoundError:
+            return None
+        info = self._info_from(name, desc)
+        with self._lock:
+            return self._collections.setdefault(name, info)
+
+    def _info_from(self, name: str, desc: Mapping[str, Any]) -> CollectionInfo:
         pymilvus = _import_pymilvus()
-        vec = next((f for f in desc["fields"] if f["name"] == _VEC_FIELD), None)
+        vec = next((f for f in desc.get("fields", []) if f.get("name") == _VEC_FIELD), None)
         if vec is None:
             raise MilvusStoreError(
-                f"collection {name!r} was not created by MilvusStore: it has no {_VEC_FIELD!r} field"
+                f"collection {name!r} at {_redact_uri(self.uri)} was not created by "
+                f"MilvusStore: it has no {_VEC_FIELD!r} field"
             )
         sparse = vec["type"] == pymilvus.DataType.SPARSE_FLOAT_VECTOR
         dim = None if sparse else int(vec["params"]["dim"])
-        info = CollectionInfo(name=name, dim=dim, sparse=sparse)
-        self._infos[name] = info
-        return info
+        props = desc.get("properties") or {}
+        return CollectionInfo(
+            name=name, dim=dim, sparse=sparse, state=_Meta(owner=props.get(OWNER_PROPERTY))
+        )
 
-    def has_collection(self, name: str) -> bool:
-        """Whether the collection exists on the server."""
-        return bool(self._call("has_collection", name, "has_collection", name))
+    def _exists(self, name: str) -> bool:
+        with self._lock:
+            info = self._collections.get(name)
+        if info is not None and info.state.pending:
+            return True
+        found = bool(self._call("has_collection", name, "has_collection", name))
+        if not found and info is not None:
+            self._forget(name)  # dropped by another client
+        return found
 
-    def list_collections(self) -> list[str]:
-        """Names of all collections, sorted."""
-        return sorted(self._call("list_collections", None, "list_collections"))
+    def _catalog(self) -> list[str]:
+        with self._lock:
+            pending = {n for n, i in self._collections.items() if i.state.pending}
+        return sorted(set(self._call("list_collections", None, "list_collections")) | pending)
 
-    def count(self, name: str) -> int:
-        """Number of stored rows (a ``count(*)`` query)."""
-        self._info(name)
-        self._ensure_loaded(name)
-        res = self._call("count", name, "query", name, filter="", output_fields=["count(*)"])
-        return int(res[0]["count(*)"])
+    def _forget(self, name: str) -> None:
+        with self._lock:
+            self._collections.pop(name, None)
 
-    # -- verbs ------------------------------------------------------------------
+    def _count(self, info: CollectionInfo) -> int:
+        if info.state.pending:
+            return 0
+        res = self._call(
+            "count", info.name, "query", info.name, filter="", output_fields=["count(*)"]
+        )
+        n = int(res[0]["count(*)"])
+        info.state.count = n
+        return n
+
+    def _is_empty(self, info: CollectionInfo) -> bool:
+        return info.state.pending
+
+    def _stored_among(self, info: CollectionInfo, ids: np.ndarray) -> np.ndarray:
+        """Milvus keeps duplicate primary keys: look the ids up before inserting."""
+        if info.state.pending or not self.check_duplicates:
+            return ids[:0]
+        found: list[int] = []
+        for lo in range(0, len(ids), 8192):
+            found += self._run(
+                "insert (id check)",
+                info.name,
+                lambda client, _, chunk=ids[lo : lo + 8192]: self._ids_present(
+                    client, info.name, chunk
+                ),
+            )
+        return np.asarray(sorted(found), dtype=np.int64)
+
+    def _ids_present(self, client: Any, name: str, ids: np.ndarray) -> list[int]:
+        expr = f"{_ID_FIELD} in [{','.join(map(str, ids.tolist()))}]"
+        kwargs: dict[str, Any] = {"consistency_level": "Strong"}
+        if self.timeout is not None:
+            kwargs["timeout"] = self.timeout
+        hits = client.query(name, filter=expr, output_fields=[_ID_FIELD], **kwargs)
+        return [int(h[_ID_FIELD]) for h in hits]
+
+    def owner_of(self, name: str) -> str | None:
+        """The owner token on the collection, read from the server (None: no marker)."""
+        info = self._get(name)
+        if info.state.pending:
+            return info.state.owner
+        desc = self._call("describe_collection", name, "describe_collection", name)
+        return (desc.get("properties") or {}).get(OWNER_PROPERTY)
+
+    def _check_writable(self, info: CollectionInfo, verb: str) -> None:
+        owner = info.state.owner
+        if owner == self.owner:
+            return
+        whose = (
+            f"another run (owner {owner!r})"
+            if owner
+            else "no run of imsearch_align (it has no owner marker)"
+        )
+        raise CollectionOwnedError(
+            f"{verb}: collection {info.name!r} at {_redact_uri(self.uri)} belongs to {whose}; "
+            f"this store (owner {self.owner!r}) may search it but not change it. Use a name of "
+            "your own (unique_collection_name), or open the store with that owner"
+            + (", or drop_collection(name, force=True)" if verb == "drop_collection" else "")
+        )
+
+    # -- verbs --------------------------------------------------------------------------
     def create_collection(
         self,
         name: str,
@@ -428,63 +759,63 @@ class MilvusStore:
         metric: str = "ip",
         fields: Mapping[str, str] | None = None,
     ) -> None:
-        """Create an empty collection with its index, loaded and ready to search.
+        """Create an empty collection owned by this store, with its index, loaded.
 
         Args:
             name: Milvus's rule: letters, digits, underscores, not starting
-                with a digit, at most 255 characters.
-            dim: dense dimension (required for dense; ignored for sparse).
+                with a digit, at most 255 characters (see
+                :func:`~imsearch_align.adapters.base.unique_collection_name`).
+            dim: dense dimension; ``None`` = the first insert's (the server
+                collection is then created by that insert). Sparse
+                collections have none on the server.
             sparse: a ``SPARSE_FLOAT_VECTOR`` collection (scipy CSR in).
             metric: ``"ip"``, the only metric.
             fields: optional typed scalar columns, name -> ``"int"``,
                 ``"float"``, ``"str"`` or ``"bool"``; other columns given at
                 insert go to the dynamic field (filterable too, slower).
+
+        Raises:
+            CollectionExistsError: the name is taken on the server (also
+                when another store created it a moment earlier).
         """
-        if not isinstance(name, str) or not _NAME_RE.match(name):
-            raise ValueError(
-                "name must match Milvus's rule (letters, digits and underscores, not starting "
-                f"with a digit, 1-255 characters), got {name!r}"
-            )
-        if metric != "ip":
-            raise ValueError(f"metric must be 'ip', got {metric!r}")
-        if not isinstance(sparse, bool):
-            raise TypeError(f"sparse must be a bool, got {type(sparse).__name__} {sparse!r}")
-        if sparse and not self.supports_sparse:
-            raise TypeError(
-                f"sparse=True: Milvus {self._server_version} at {_redact_uri(self.uri)} has no "
-                "sparse vectors (SPARSE_FLOAT_VECTOR needs Milvus >= 2.4 or Milvus Lite); "
-                "expected sparse=False"
-            )
-        if not sparse:
-            if dim is None:
-                raise ValueError("dim must be given for a dense Milvus collection, got None")
-            dim = check_int(dim, "dim", low=1, high=32_768)
-        fields = dict(fields or {})
-        for fname, ftype in fields.items():
-            if not _NAME_RE.match(str(fname)) or fname in (_ID_FIELD, _VEC_FIELD):
+        if dim is not None and not sparse:
+            check_int(dim, "dim", low=1, high=MAX_DIM)
+        info = self._new_collection(name, dim, sparse, metric)
+        columns = self._check_schema_fields(fields)
+        info.state = _Meta(
+            owner=self.owner, count=0, pending=info.dim is None and not sparse, fields=columns
+        )
+        if not info.state.pending:
+            self._create_on_server(info)
+        with self._lock:
+            self._register(info)
+
+    @staticmethod
+    def _check_schema_fields(fields: Mapping[str, str] | None) -> dict[str, str]:
+        out = dict(fields or {})
+        for fname, ftype in out.items():
+            if not isinstance(fname, str) or not _FIELD_RE.match(fname) or fname in _RESERVED:
                 raise ValueError(f"fields: invalid or reserved field name {fname!r}")
             if ftype not in _SCALAR_TYPES:
                 raise ValueError(
                     f"fields[{fname!r}] must be one of {sorted(_SCALAR_TYPES)}, got {ftype!r}"
                 )
-        if self.has_collection(name):
-            raise CollectionExistsError(
-                f"name: collection {name!r} already exists at {_redact_uri(self.uri)}; "
-                "drop it first or pick another name"
-            )
+        return out
+
+    def _create_on_server(self, info: CollectionInfo) -> None:
         pymilvus = _import_pymilvus()
         DataType = pymilvus.DataType
         schema = pymilvus.MilvusClient.create_schema(auto_id=False, enable_dynamic_field=True)
         schema.add_field(_ID_FIELD, DataType.INT64, is_primary=True)
-        if sparse:
+        if info.sparse:
             schema.add_field(_VEC_FIELD, DataType.SPARSE_FLOAT_VECTOR)
         else:
-            schema.add_field(_VEC_FIELD, DataType.FLOAT_VECTOR, dim=dim)
-        for fname, ftype in fields.items():
+            schema.add_field(_VEC_FIELD, DataType.FLOAT_VECTOR, dim=info.dim)
+        for fname, ftype in info.state.fields.items():
             extra = {"max_length": 65_535} if ftype == "str" else {}
             schema.add_field(fname, getattr(DataType, _SCALAR_TYPES[ftype]), **extra)
-        index_params = self._connect().prepare_index_params()
-        if sparse:
+        index_params = pymilvus.MilvusClient.prepare_index_params()
+        if info.sparse:
             index_params.add_index(
                 field_name=_VEC_FIELD, index_type="SPARSE_INVERTED_INDEX", metric_type="IP"
             )
@@ -497,24 +828,24 @@ class MilvusStore:
             )
         self._call(
             "create_collection",
-            name,
+            info.name,
             "create_collection",
-            name,
+            info.name,
             schema=schema,
             index_params=index_params,
             consistency_level=self.consistency_level,
+            properties={OWNER_PROPERTY: self.owner},
         )
-        self._infos[name] = CollectionInfo(name=name, dim=dim, sparse=sparse)
-        self._ensure_loaded(name)
-
-    def _ensure_loaded(self, name: str) -> None:
-        """Load a collection (a reopened or server-restarted one is released)."""
-        if name in self._loaded:
-            return
-        state = self._call("get_load_state", name, "get_load_state", name)
-        if "Loaded" not in str(state.get("state", "")):
-            self._call("load_collection", name, "load_collection", name)
-        self._loaded.add(name)
+        # Two stores may race for a free name; some servers answer the second
+        # create with success. The marker read back says who won.
+        desc = self._call("describe_collection", info.name, "describe_collection", info.name)
+        winner = (desc.get("properties") or {}).get(OWNER_PROPERTY)
+        if winner != self.owner:
+            raise CollectionExistsError(
+                f"name: collection {info.name!r} at {_redact_uri(self.uri)} was created at the "
+                f"same moment by another run (owner {winner!r}); pick another name"
+            )
+        info.state.pending = False
 
     def insert(
         self,
@@ -527,58 +858,97 @@ class MilvusStore:
         """Add ``vectors`` with the caller's int64 ``ids`` (and optional scalar columns).
 
         Args:
-            name: collection.
+            name: a collection this store owns.
             vectors: float32 ``(n, d)`` (dense collection) or CSR (sparse).
                 Milvus rejects an all-zero sparse row and (Lite) negative
                 sparse weights; both are checked here first.
             ids: ``n`` unique non-negative integers, new to the collection.
             fields: column name -> length-``n`` array of int/float/str/bool.
+
+        Raises:
+            CollectionOwnedError: the collection belongs to another owner.
         """
-        info = self._info(name)
-        m = check_vectors(vectors, "vectors", info)
+        info, m, new_ids = self._prepare_insert(name, vectors, ids)
         n = int(m.shape[0])
-        new_ids = check_ids(ids, "ids", n=n)
         columns = self._check_fields(fields, n)
-        if n == 0:
-            return
-        if info.sparse:
-            nnz = np.diff(m.indptr)
-            if (nnz == 0).any():
-                raise ValueError(
-                    f"vectors: Milvus rejects all-zero sparse rows, got {int((nnz == 0).sum())} "
-                    f"(first at row {int(np.flatnonzero(nnz == 0)[0])})"
-                )
-            if self.is_lite and m.nnz and m.data.min() < 0:
-                row = int(np.searchsorted(m.indptr, np.flatnonzero(m.data < 0)[0], "right") - 1)
-                raise ValueError(
-                    "vectors: Milvus Lite needs non-negative sparse weights, got a negative "
-                    f"weight in row {row}"
-                )
-            row_bytes = 8 * nnz.astype(np.int64) + 16
+        self._check_writable(info, "insert")
+        if info.sparse and n:
+            row_bytes = self._check_sparse_rows(m)
         else:
             row_bytes = np.full(n, 4 * m.shape[1] + 16, dtype=np.int64)
+        self._check_new(info, new_ids)
+        if n == 0:
+            return
+        if info.dim is None:
+            info.dim = int(m.shape[1])
+        if info.state.pending:
+            self._create_on_server(info)
         for col in columns.values():
             row_bytes += col.dtype.itemsize + 8  # an upper bound for str (UTF-32 width)
-        if self.check_duplicates:
-            self._check_new(name, new_ids)
-        self._ensure_loaded(name)
+        self._insert(info, m, new_ids, columns, row_bytes)
+
+    def _insert(
+        self,
+        info: CollectionInfo,
+        m: Any,
+        new_ids: np.ndarray,
+        columns: dict[str, np.ndarray] | None = None,
+        row_bytes: np.ndarray | None = None,
+    ) -> None:
+        """Send checked rows in batches under the request limit."""
+        name = info.name
+        columns = columns or {}
+        if row_bytes is None:
+            row_bytes = (
+                8 * np.diff(m.indptr).astype(np.int64) + 16
+                if info.sparse
+                else np.full(m.shape[0], 4 * m.shape[1] + 16, dtype=np.int64)
+            )
         for lo, hi in _byte_batches(row_bytes, self.request_bytes):
             rows = self._rows(info, m, new_ids, columns, lo, hi)
-            self._call("insert", name, "insert", name, rows)
+            self._run(
+                "insert",
+                name,
+                lambda client, retried, rows=rows, chunk=new_ids[lo:hi]: self._insert_rows(
+                    client, name, rows, chunk, retried
+                ),
+            )
+            with self._lock:
+                if info.state.count is not None:
+                    info.state.count += hi - lo
+
+    def _insert_rows(
+        self, client: Any, name: str, rows: list[dict], ids: np.ndarray, retried: bool
+    ) -> Any:
+        if retried:
+            # The failed attempt may have been applied: send only what is missing.
+            present = set(self._ids_present(client, name, ids))
+            rows = [r for r in rows if r[_ID_FIELD] not in present]
+            if not rows:
+                return None
+        kwargs = {"timeout": self.timeout} if self.timeout is not None else {}
+        return client.insert(name, rows, **kwargs)
+
+    def _check_sparse_rows(self, m: Any) -> np.ndarray:
+        nnz = np.diff(m.indptr)
+        if (nnz == 0).any():
+            raise ValueError(
+                f"vectors: Milvus rejects all-zero sparse rows, got {int((nnz == 0).sum())} "
+                f"(first at row {int(np.flatnonzero(nnz == 0)[0])})"
+            )
+        if self.is_lite and m.nnz and m.data.min() < 0:
+            row = int(np.searchsorted(m.indptr, np.flatnonzero(m.data < 0)[0], "right") - 1)
+            raise ValueError(
+                "vectors: Milvus Lite needs non-negative sparse weights, got a negative "
+                f"weight in row {row}"
+            )
+        return 8 * nnz.astype(np.int64) + 16
 
     @staticmethod
     def _check_fields(fields: Mapping[str, Any] | None, n: int) -> dict[str, np.ndarray]:
         out: dict[str, np.ndarray] = {}
         for fname, values in dict(fields or {}).items():
-            if (
-                not isinstance(fname, str)
-                or not _NAME_RE.match(fname)
-                or fname
-                in (
-                    _ID_FIELD,
-                    _VEC_FIELD,
-                )
-            ):
+            if not isinstance(fname, str) or not _FIELD_RE.match(fname) or fname in _RESERVED:
                 raise ValueError(f"fields: invalid or reserved field name {fname!r}")
             arr = np.asarray(values)
             if arr.ndim != 1 or len(arr) != n:
@@ -592,22 +962,6 @@ class MilvusStore:
                 )
             out[fname] = arr
         return out
-
-    def _check_new(self, name: str, ids: np.ndarray) -> None:
-        """Milvus keeps duplicate primary keys; refuse ids that are already stored."""
-        self._ensure_loaded(name)
-        for lo in range(0, len(ids), 8192):
-            chunk = ids[lo : lo + 8192]
-            expr = f"{_ID_FIELD} in [{','.join(map(str, chunk.tolist()))}]"
-            hits = self._call(
-                "insert (id check)", name, "query", name, filter=expr, output_fields=[_ID_FIELD]
-            )
-            if hits:
-                clash = sorted(int(h[_ID_FIELD]) for h in hits)
-                raise ValueError(
-                    f"ids must be new to collection {name!r}, got {len(clash)} id(s) already "
-                    f"stored: {clash[:5]}"
-                )
 
     @staticmethod
     def _rows(
@@ -640,21 +994,30 @@ class MilvusStore:
     ) -> SearchResult:
         """Top-``k`` by inner product per query row; ``filter`` is a Milvus expression.
 
-        Rows are ordered by (score descending, id ascending); rows with fewer
-        than ``k`` hits (a small collection, a filter, a sparse query sharing
-        no term with most documents) are padded with id ``-1``.
+        Rows are ordered by (score descending, id ascending) and padded with
+        id ``-1``: a dense row holds ``min(k, count)`` hits (fewer only
+        under a filter or an approximate index); a sparse row holds the
+        documents whose inner product with the query is non-zero, at most
+        ``k``.
+
+        Raises:
+            MilvusStoreError: a FLAT dense search without filter returned
+                fewer than ``min(k, count)`` hits (rows inserted but not
+                visible, or the collection changed under this run).
         """
-        k = check_int(k, "k", low=1, high=self.max_k)
         if not isinstance(filter, str):
             raise TypeError(
                 f"filter must be a Milvus expression string, got {type(filter).__name__}"
             )
-        info = self._info(name)
-        q = check_vectors(queries, "queries", info)
+        info, q, k, done = self._prepare_search(name, queries, k)
+        if done is not None:
+            return done
+        return self._search(info, q, k, filter=filter)
+
+    def _search(self, info: CollectionInfo, q: Any, k: int, *, filter: str = "") -> SearchResult:
+        """Checked queries in batches under the request limits; finished rows."""
+        name = info.name
         nq = int(q.shape[0])
-        if nq == 0:
-            return empty_result(0, k)
-        self._ensure_loaded(name)
         params: dict[str, Any] = {"metric_type": "IP", "params": dict(self.search_params)}
         ids = np.full((nq, k), -1, dtype=np.int64)
         scores = np.full((nq, k), -np.inf, dtype=np.float32)
@@ -666,38 +1029,85 @@ class MilvusStore:
         else:
             row_bytes = np.full(nq, 4 * q.shape[1] + 16, dtype=np.int64)
             todo = np.arange(nq)
-        if todo.size == 0:
-            return finalize_rows(ids, scores, k)
+        kwargs: dict[str, Any] = {
+            "limit": k,
+            "output_fields": [_ID_FIELD],
+            "search_params": params,
+            "anns_field": _VEC_FIELD,
+            "filter": filter,
+            "consistency_level": self.consistency_level,
+        }
         for lo, hi in _byte_batches(row_bytes[todo], self.request_bytes, max_rows=MAX_NQ):
             rows = todo[lo:hi]
             data = _sparse_rows(q[rows], 0, len(rows)) if info.sparse else list(q[rows])
-            res = self._call(
-                "search",
-                name,
-                "search",
-                name,
-                data=data,
-                limit=k,
-                output_fields=[_ID_FIELD],
-                search_params=params,
-                anns_field=_VEC_FIELD,
-                filter=filter,
-                consistency_level=self.consistency_level,
-            )
+            res = self._call("search", name, "search", name, data=data, **kwargs)
             for r, hits in zip(rows, res):
                 h_ids = hits.ids
                 if h_ids:
                     cnt = len(h_ids)
                     ids[r, :cnt] = h_ids
                     scores[r, :cnt] = hits.distances
+        if info.sparse:
+            # The package rule: a document with a zero inner product is no hit
+            # (explicit zero weights can make a shared term score 0).
+            ids[scores == 0] = -1
+        elif self.index == "FLAT" and not filter:
+            self._check_full_rows(info, ids, k)
         return finalize_rows(ids, scores, k)
 
-    def drop_collection(self, name: str) -> None:
-        """Remove a collection and its data (an unknown name raises)."""
-        self._info(name)
-        self._call("drop_collection", name, "drop_collection", name)
-        self._infos.pop(name, None)
-        self._loaded.discard(name)
+    def _check_full_rows(self, info: CollectionInfo, ids: np.ndarray, k: int) -> None:
+        """An exact dense search returns ``min(k, count)`` hits per row, or it failed.
+
+        ``count`` is what this store inserted (or found on first use); a
+        short row makes the store read the server's count again, to say
+        whether rows vanished (changed by another client) or are not
+        visible yet (consistency).
+        """
+        hits = (ids >= 0).sum(axis=1)
+        if not hits.size or hits.min() >= k:
+            return
+        if info.state.count is None:
+            self._count(info)
+        expected = int(info.state.count)
+        if hits.min() >= min(k, expected):
+            return
+        held = self._count(info)  # also refreshes the cached count
+        r = int(np.argmin(hits))
+        short = int((hits < min(k, expected)).sum())
+        if held < expected:
+            why = (
+                f"the collection lost rows (this store counted {expected}, the server holds "
+                f"{held}): it was changed by another client"
+            )
+        else:
+            why = (
+                f"the server holds {held} rows but they are not all visible to search "
+                f"(consistency_level={self.consistency_level!r})"
+            )
+        raise MilvusStoreError(
+            f"search on collection {info.name!r} at {_redact_uri(self.uri)} returned "
+            f"{int(hits[r])} hits for query row {r} ({short} short rows) where a FLAT index "
+            f"returns min(k, count) = {min(k, expected)}: {why}"
+        )
+
+    def drop_collection(self, name: str, *, force: bool = False) -> None:
+        """Remove a collection this store owns, and its data.
+
+        Args:
+            name: the collection.
+            force: drop it even if another owner's marker (or none) is on it.
+
+        Raises:
+            CollectionNotFoundError: no such collection.
+            CollectionOwnedError: another owner's collection, without ``force``.
+        """
+        info = self._get(name)
+        if not info.state.pending:
+            info.state.owner = self.owner_of(name)  # fresh: the cache may be old
+            if not force:
+                self._check_writable(info, "drop_collection")
+            self._call("drop_collection", name, "drop_collection", name)
+        self._forget(name)
 
     def close(self) -> None:
         """Close the connection (data stay on the server / on disk); idempotent.
@@ -705,32 +1115,31 @@ class MilvusStore:
         For Milvus Lite in-process, the last store closing a data directory
         stops its in-process server, which releases the directory lock.
         """
-        if self._closed:
-            return
-        self._closed = True
-        if self._client is not None:
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            self._collections.clear()
+            client, self._client = self._client, None
+            lite_path, self._lite_path = self._lite_path, None
+        if client is not None:
             try:
-                self._client.close()
+                client.close()
             except Exception as exc:  # closing a dead connection must not raise
                 log.debug("closing the Milvus client: %s", type(exc).__name__)
-            self._client = None
-        if self._lite_path is not None:
+        if lite_path is not None:
             with _LITE_LOCK:
-                left = _LITE_REFS.get(self._lite_path, 1) - 1
+                left = _LITE_REFS.get(lite_path, 1) - 1
                 if left <= 0:
-                    _LITE_REFS.pop(self._lite_path, None)
+                    _LITE_REFS.pop(lite_path, None)
                     from milvus_lite.server_manager import server_manager_instance
 
-                    server_manager_instance.release_server(self._lite_path)
+                    server_manager_instance.release_server(lite_path)
                 else:
-                    _LITE_REFS[self._lite_path] = left
-            self._lite_path = None
+                    _LITE_REFS[lite_path] = left
 
     def __enter__(self) -> MilvusStore:
         return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
 
 def _sparse_rows(m: Any, lo: int, hi: int) -> list[dict[int, float]]:

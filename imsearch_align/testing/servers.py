@@ -18,6 +18,12 @@ after a grace period, and delete the data directory they created::
     with milvus_lite_server() as srv:
         store = MilvusStore(uri=srv.uri)
 
+For fault tests the handle drives the process: :meth:`ServerHandle.stop`
+(SIGTERM, a clean shutdown), :meth:`ServerHandle.kill` (SIGKILL, a crash),
+:meth:`ServerHandle.start` (the same command on the same data directory and
+port, waiting until the server answers) and :meth:`ServerHandle.restart`.
+Whatever state a test leaves the process in, the context manager stops it.
+
 Listening sockets: the Lite server binds only 127.0.0.1. Milvus 2.3.5 binds
 its proxy, metrics and component ports on all interfaces (the binary has no
 option to bind them to loopback; every ``*.ip`` is set to 127.0.0.1 so all
@@ -40,9 +46,10 @@ import tempfile
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import IO
 
 __all__ = [
     "ServerHandle",
@@ -90,16 +97,24 @@ class ServerStartError(RuntimeError):
 
 @dataclass
 class ServerHandle:
-    """A running server: where to reach it and how it was started.
+    """A running server: where to reach it, how it was started, how to disturb it.
 
     Attributes:
         uri: ``http://127.0.0.1:<port>``, the value for ``MilvusStore(uri=...)``.
         port: the gRPC port.
         data_dir: the server's data directory.
-        log_path: file with the server's stdout and stderr.
-        process: the server process (``kill()`` it to simulate a crash).
+        log_path: file with the server's stdout and stderr (appended to on
+            every start).
+        process: the current server process.
         kind: ``"milvus-lite"`` or ``"milvus-2.3.5"``.
         supports_sparse: whether the server has SPARSE_FLOAT_VECTOR.
+        extra_ports: other ports the server was given (Milvus 2.3.5).
+        command: the command line; :meth:`start` runs it again.
+        group: signals go to the whole process group (Milvus 2.3.5's
+            ``milvus-server`` wrapper does not forward SIGTERM to its child).
+        start_timeout_s: how long :meth:`start` waits for the server to answer.
+        stop_grace_s: how long SIGTERM may take before SIGKILL.
+        starts: how many times the process was started.
     """
 
     uri: str
@@ -110,6 +125,12 @@ class ServerHandle:
     kind: str
     supports_sparse: bool
     extra_ports: dict[str, int] = field(default_factory=dict)
+    command: list[str] = field(default_factory=list)
+    group: bool = False
+    start_timeout_s: float = 60.0
+    stop_grace_s: float = 10.0
+    starts: int = 1
+    ready_check: Callable[[ServerHandle], bool] | None = field(default=None, repr=False)
 
     @property
     def alive(self) -> bool:
@@ -122,6 +143,78 @@ class ServerHandle:
             return self.log_path.read_text(errors="replace")[-n_chars:]
         except OSError:
             return "(no log)"
+
+    def stop(self, grace_s: float | None = None) -> int | None:
+        """Stop the server cleanly: SIGTERM, wait, SIGKILL after the grace period.
+
+        Returns the exit code (None if the process could not be reaped).
+        """
+        _stop(
+            self.process,
+            group=self.group,
+            grace_s=self.stop_grace_s if grace_s is None else grace_s,
+        )
+        return self.process.returncode
+
+    def kill(self) -> None:
+        """Crash the server: SIGKILL (no shutdown code runs), then reap it."""
+        _signal(self.process, signal.SIGKILL, group=self.group)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self.process.wait(timeout=10)
+        if self.group:
+            _wait_group_gone(self.process.pid, 10.0)
+
+    def start(self, timeout_s: float | None = None) -> float:
+        """Start the server again: same command, data directory and port.
+
+        Waits until it answers and returns how long that took (seconds).
+        Raises :class:`ServerStartError` (with the log tail) if it exits or
+        does not answer within ``timeout_s`` (default ``start_timeout_s``).
+        """
+        if self.alive:
+            raise RuntimeError(f"{self.kind} on {self.uri} is running; stop() or kill() it first")
+        t0 = time.monotonic()
+        # A port of the old process can linger for a moment; wait (bounded).
+        while port_in_use(self.port) and time.monotonic() - t0 < 5.0:
+            time.sleep(0.1)
+        with open(self.log_path, "ab") as log:
+            log.write(f"\n--- start {self.starts + 1} ---\n".encode())
+            log.flush()
+            self.process = _spawn(self.command, log, group=self.group)
+        self.starts += 1
+        self.wait_ready(timeout_s)
+        return time.monotonic() - t0
+
+    def restart(self, *, kill: bool = False, timeout_s: float | None = None) -> float:
+        """Stop (SIGTERM, or SIGKILL with ``kill=True``) and :meth:`start` again.
+
+        Returns the seconds from the stop signal until the server answers.
+        """
+        t0 = time.monotonic()
+        if kill:
+            self.kill()
+        else:
+            self.stop()
+        self.start(timeout_s)
+        return time.monotonic() - t0
+
+    def wait_ready(self, timeout_s: float | None = None) -> None:
+        """Block until the server answers an RPC; raise if it dies or times out."""
+        timeout_s = self.start_timeout_s if timeout_s is None else timeout_s
+        deadline = time.monotonic() + timeout_s
+        check = self.ready_check or _lite_ready
+        while not check(self):
+            if self.process.poll() is not None:
+                raise ServerStartError(
+                    f"{self.kind} server exited with code {self.process.returncode} before it "
+                    f"was ready ({' '.join(self.command)}); log:\n{self.log_tail()}"
+                )
+            if time.monotonic() > deadline:
+                raise ServerStartError(
+                    f"{self.kind} server not ready on {self.uri} after {timeout_s} s; "
+                    f"log:\n{self.log_tail()}"
+                )
+            time.sleep(0.2)
 
 
 def free_port() -> int:
@@ -160,9 +253,13 @@ def _grpc_ready(uri: str) -> bool:
         raise ServerStartError(
             "pymilvus is required to talk to Milvus: pip install 'imsearch-align[milvus]'"
         ) from exc
+    from imsearch_align.adapters.milvus_store import quiet_pymilvus_logs
+
+    # Polling a server that is not up yet makes pymilvus log a traceback per try.
+    quiet_pymilvus_logs()
     client = None
     try:
-        client = MilvusClient(uri=uri, timeout=2)
+        client = MilvusClient(uri=uri, timeout=2, dedicated=True)
         client.list_collections(timeout=2)
         return True
     except Exception:
@@ -173,6 +270,21 @@ def _grpc_ready(uri: str) -> bool:
                 client.close()
 
 
+def _lite_ready(handle: ServerHandle) -> bool:
+    return port_in_use(handle.port) and _grpc_ready(handle.uri)
+
+
+def _standalone_ready(handle: ServerHandle) -> bool:
+    """Milvus's own ``/healthz`` (when psutil finds its port) plus one gRPC call."""
+    metrics = _metrics_port(handle.process)
+    if metrics is not None:
+        handle.extra_ports["metrics-port"] = metrics
+        healthy = _http_ok(f"http://{HOST}:{metrics}/healthz")
+    else:
+        healthy = not _have_psutil()
+    return healthy and _grpc_ready(handle.uri)
+
+
 def _http_ok(url: str) -> bool:
     try:
         with urllib.request.urlopen(url, timeout=1) as resp:
@@ -181,34 +293,51 @@ def _http_ok(url: str) -> bool:
         return False
 
 
+def _spawn(cmd: list[str], log: IO[bytes], *, group: bool) -> subprocess.Popen:
+    # A new session for a process group, so SIGTERM reaches the wrapper and
+    # the milvus binary it spawns (the wrapper does not forward SIGTERM).
+    return subprocess.Popen(
+        cmd,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        stdin=subprocess.DEVNULL,
+        start_new_session=group,
+    )
+
+
+def _signal(proc: subprocess.Popen, sig: int, *, group: bool) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        if group:
+            os.killpg(proc.pid, sig)
+        elif proc.poll() is None:
+            proc.send_signal(sig)
+
+
+def _wait_group_gone(pgid: int, timeout_s: float) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            os.killpg(pgid, 0)
+        except ProcessLookupError:
+            return True
+        time.sleep(0.1)
+    return False
+
+
 def _stop(proc: subprocess.Popen, *, group: bool, grace_s: float) -> None:
     """SIGTERM (to the process group if ``group``), wait, then SIGKILL."""
-    if proc.poll() is not None:
+    if proc.poll() is not None and not group:
         return
-
-    def send(sig: int) -> None:
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            if group:
-                os.killpg(proc.pid, sig)
-            else:
-                proc.send_signal(sig)
-
-    send(signal.SIGTERM)
+    _signal(proc, signal.SIGTERM, group=group)
     try:
         proc.wait(timeout=grace_s)
     except subprocess.TimeoutExpired:
-        send(signal.SIGKILL)
+        _signal(proc, signal.SIGKILL, group=group)
         proc.wait(timeout=10)
-    if group:
-        # The wrapper may exit before its child; wait until the group is empty.
-        deadline = time.monotonic() + grace_s
-        while time.monotonic() < deadline:
-            try:
-                os.killpg(proc.pid, 0)
-            except ProcessLookupError:
-                return
-            time.sleep(0.1)
-        send(signal.SIGKILL)
+    # The wrapper may exit before its child; wait until the group is empty.
+    if group and not _wait_group_gone(proc.pid, grace_s):
+        _signal(proc, signal.SIGKILL, group=group)
+        _wait_group_gone(proc.pid, 10.0)
 
 
 @contextlib.contextmanager
@@ -243,7 +372,8 @@ def milvus_lite_server(
         stop_grace_s: how long SIGTERM may take before SIGKILL.
 
     Yields:
-        The :class:`ServerHandle` (``uri`` for ``MilvusStore``).
+        The :class:`ServerHandle` (``uri`` for ``MilvusStore``; ``stop``,
+        ``kill``, ``start``, ``restart`` for fault tests).
     """
     port = free_port() if port is None else port
     with _temp_dir(data_dir, "milvus-lite-") as root:
@@ -259,9 +389,7 @@ def milvus_lite_server(
             str(port),
         ]
         with open(log_path, "wb") as log:
-            proc = subprocess.Popen(
-                cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL
-            )
+            proc = _spawn(cmd, log, group=False)
         handle = ServerHandle(
             uri=f"http://{HOST}:{port}",
             port=port,
@@ -270,24 +398,18 @@ def milvus_lite_server(
             process=proc,
             kind="milvus-lite",
             supports_sparse=True,
+            command=cmd,
+            group=False,
+            start_timeout_s=start_timeout_s,
+            stop_grace_s=stop_grace_s,
+            ready_check=_lite_ready,
         )
         try:
-            deadline = time.monotonic() + start_timeout_s
-            while not (port_in_use(port) and _grpc_ready(handle.uri)):
-                if proc.poll() is not None:
-                    raise ServerStartError(
-                        f"milvus-lite server exited with code {proc.returncode} before it was "
-                        f"ready ({' '.join(cmd)}); log:\n{handle.log_tail()}"
-                    )
-                if time.monotonic() > deadline:
-                    raise ServerStartError(
-                        f"milvus-lite server not ready on {handle.uri} after {start_timeout_s} s; "
-                        f"log:\n{handle.log_tail()}"
-                    )
-                time.sleep(0.2)
+            handle.wait_ready()
             yield handle
         finally:
-            _stop(proc, group=False, grace_s=stop_grace_s)
+            # handle.process: a test may have restarted it.
+            _stop(handle.process, group=False, grace_s=stop_grace_s)
             with contextlib.suppress(OSError):
                 log_path.unlink()
 
@@ -307,7 +429,8 @@ def milvus_standalone_server(
     collide, except on embedded etcd's peer port 2380, which the binary
     fixes (checked up front). The first start unpacks ~250 MB of binaries
     into the data directory (a few seconds); readiness is Milvus's own
-    ``/healthz`` plus one gRPC call.
+    ``/healthz`` plus one gRPC call. :meth:`ServerHandle.restart` reuses the
+    same ports and data directory.
 
     Args:
         data_dir: base directory (binaries, data, logs); temporary if None.
@@ -336,15 +459,7 @@ def milvus_standalone_server(
         cmd += ["--extra-config", f"common.gracefulStopTimeout={int(graceful_stop_s)}"]
         log_path = root / "milvus-server-wrapper.log"
         with open(log_path, "wb") as log:
-            # A new session, so SIGTERM reaches the wrapper and the milvus
-            # binary it spawns (the wrapper does not forward SIGTERM).
-            proc = subprocess.Popen(
-                cmd,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
-                start_new_session=True,
-            )
+            proc = _spawn(cmd, log, group=True)
         handle = ServerHandle(
             uri=f"http://{HOST}:{port}",
             port=port,
@@ -354,33 +469,17 @@ def milvus_standalone_server(
             kind="milvus-2.3.5",
             supports_sparse=False,
             extra_ports={flag.lstrip("-"): p for flag, p in ports.items()},
+            command=cmd,
+            group=True,
+            start_timeout_s=start_timeout_s,
+            stop_grace_s=graceful_stop_s + 10,
+            ready_check=_standalone_ready,
         )
         try:
-            deadline = time.monotonic() + start_timeout_s
-            while True:
-                metrics = _metrics_port(proc)
-                if metrics is not None:
-                    handle.extra_ports["metrics-port"] = metrics
-                if metrics is None:
-                    healthy = not _have_psutil()
-                else:
-                    healthy = _http_ok(f"http://{HOST}:{metrics}/healthz")
-                if healthy and _grpc_ready(handle.uri):
-                    break
-                if proc.poll() is not None:
-                    raise ServerStartError(
-                        f"milvus-server exited with code {proc.returncode} before it was ready; "
-                        f"log:\n{handle.log_tail()}"
-                    )
-                if time.monotonic() > deadline:
-                    raise ServerStartError(
-                        f"Milvus 2.3.5 not ready on {handle.uri} after {start_timeout_s} s; "
-                        f"log:\n{handle.log_tail()}"
-                    )
-                time.sleep(0.5)
+            handle.wait_ready()
             yield handle
         finally:
-            _stop(proc, group=True, grace_s=graceful_stop_s + 10)
+            _stop(handle.process, group=True, grace_s=graceful_stop_s + 10)
 
 
 def _have_psutil() -> bool:

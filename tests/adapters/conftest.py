@@ -3,7 +3,9 @@
 * ``milvus_lite_server``: ``milvus-lite server`` (dense + sparse over gRPC).
 * ``milvus_standalone``: a real Milvus 2.3.5 standalone from the PyPI
   ``milvus`` package (dense only).
-* ``dead_lite_server``: a function-scoped Lite server a test may kill.
+* ``own_lite_server`` (alias ``dead_lite_server``): a function-scoped Lite
+  server a test may stop, kill and restart (see
+  :class:`~imsearch_align.testing.servers.ServerHandle`).
 
 Each server is stopped with SIGTERM by the context manager in
 :mod:`imsearch_align.testing.servers`, also when tests fail (the fixture's
@@ -13,6 +15,7 @@ that need it, with the reason and the log tail.
 
 from __future__ import annotations
 
+import contextlib
 import shutil
 import sys
 from collections.abc import Iterator
@@ -32,6 +35,21 @@ from imsearch_align.testing.servers import (
 )
 
 
+@contextlib.contextmanager
+def _started(server: contextlib.AbstractContextManager, what: str) -> Iterator[ServerHandle]:
+    """Enter a server context; a server that cannot start skips the test.
+
+    Only the start is guarded: a ServerStartError raised later by the test
+    (a failed restart) is a failure, not a skip.
+    """
+    with contextlib.ExitStack() as stack:
+        try:
+            srv = stack.enter_context(server)
+        except ServerStartError as exc:
+            pytest.skip(f"{what} did not start: {exc}")
+        yield srv
+
+
 def _have(name: str) -> bool:
     return (Path(sys.executable).parent / name).exists() or shutil.which(name) is not None
 
@@ -41,11 +59,8 @@ def milvus_lite_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Ser
     """One ``milvus-lite server`` for the session."""
     if not _have("milvus-lite"):
         pytest.skip("milvus-lite is not installed (pip install 'imsearch-align[milvus]')")
-    try:
-        with _lite(tmp_path_factory.mktemp("lite-server")) as srv:
-            yield srv
-    except ServerStartError as exc:
-        pytest.skip(f"milvus-lite server did not start: {exc}")
+    with _started(_lite(tmp_path_factory.mktemp("lite-server")), "milvus-lite server") as srv:
+        yield srv
 
 
 @pytest.fixture(scope="session")
@@ -53,17 +68,20 @@ def milvus_standalone(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Serv
     """One real Milvus 2.3.5 standalone for the session."""
     if not _have("milvus-server"):
         pytest.skip("the PyPI package 'milvus' (milvus-server) is not installed")
-    try:
-        with _standalone(tmp_path_factory.mktemp("milvus-2.3.5")) as srv:
-            yield srv
-    except ServerStartError as exc:
-        pytest.skip(f"Milvus 2.3.5 standalone did not start: {exc}")
+    with _started(_standalone(tmp_path_factory.mktemp("milvus-2.3.5")), "Milvus 2.3.5") as srv:
+        yield srv
 
 
 @pytest.fixture
-def dead_lite_server(tmp_path: Path) -> Iterator[ServerHandle]:
-    """A Lite server of the test's own, which the test may kill."""
+def own_lite_server(tmp_path: Path) -> Iterator[ServerHandle]:
+    """A Lite server of the test's own, which the test may stop, kill and restart."""
     if not _have("milvus-lite"):
         pytest.skip("milvus-lite is not installed (pip install 'imsearch-align[milvus]')")
-    with _lite(tmp_path / "doomed") as srv:
+    with _started(_lite(tmp_path / "own"), "milvus-lite server") as srv:
         yield srv
+
+
+@pytest.fixture
+def dead_lite_server(own_lite_server: ServerHandle) -> ServerHandle:
+    """``own_lite_server`` under the name of a test that kills it."""
+    return own_lite_server

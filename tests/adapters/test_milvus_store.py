@@ -19,13 +19,17 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
-from imsearch_align.adapters.base import CollectionExistsError, CollectionNotFoundError
+from imsearch_align.adapters.base import (
+    BaseStore,
+    CollectionExistsError,
+    CollectionNotFoundError,
+    unique_collection_name,
+)
 from imsearch_align.adapters.exact import ExactStore
 from imsearch_align.adapters.milvus_store import (
     MAX_TOPK,
     MilvusStore,
     MilvusStoreError,
-    MilvusUnavailableError,
     _byte_batches,
     _redact_uri,
 )
@@ -115,8 +119,10 @@ def env(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
         sparse_ok = False
     store = MilvusStore(uri=uri, token=TOKEN if kind != "lite_file" else None)
     yield Env(store, kind, sparse_ok, uri)
+    # Only this store's collections: the server is shared with other modules.
     for name in store.list_collections():
-        store.drop_collection(name)
+        if store.owner_of(name) == store.owner:
+            store.drop_collection(name)
     store.close()
 
 
@@ -137,6 +143,42 @@ integration = pytest.mark.integration
 
 def test_registered_as_milvus() -> None:
     assert STORES.get("milvus") is MilvusStore
+
+
+def test_shares_base_store_checks_before_any_server_call() -> None:
+    """One name rule, one k check, one error set: nothing listens on port 1."""
+    from imsearch_align.adapters.exact import ExactStore
+
+    assert issubclass(MilvusStore, BaseStore)
+    store = MilvusStore(uri="http://127.0.0.1:1", retry_budget_s=0)
+    for bad in ("1abc", "a-b", "x" * 256):
+        with pytest.raises(ValueError) as got:
+            store.create_collection(bad, 4)
+        with pytest.raises(ValueError) as want:
+            ExactStore().create_collection(bad, 4)
+        assert str(got.value) == str(want.value)
+    with pytest.raises(ValueError, match=r"k must be in \[1, 16384\], got 0"):
+        store.search("c", np.ones((1, 4), np.float32), 0)
+    with pytest.raises(ValueError, match="metric must be one of"):
+        store.create_collection("c", 4, metric="l2")
+    with pytest.raises(ValueError, match=r"dim must be in \[1, 32768\]"):
+        store.create_collection("c", 40_000)
+    store.close()
+
+
+def test_declares_its_capabilities() -> None:
+    from imsearch_align.framework.interfaces import (
+        CollectionCatalog,
+        StoreProvenance,
+        ThreadSafety,
+    )
+
+    store = MilvusStore(uri="http://127.0.0.1:1")
+    # VectorStoreAdapter's supports_sparse asks the server: checked by the kit.
+    for proto in (CollectionCatalog, StoreProvenance, ThreadSafety):
+        assert isinstance(store, proto), proto
+    assert store.thread_safe is True and "pymilvus" in store.provenance_packages
+    store.close()
 
 
 @integration
@@ -183,7 +225,7 @@ def test_k_larger_than_collection_pads(dense: Any) -> None:
 def test_split_requests_give_the_same_result(dense: Any) -> None:
     env, X, ids, Q, _ = dense
     # A 1 KB budget forces one query per search request and ~10 rows per insert.
-    small = MilvusStore(uri=env.uri, request_bytes=1024, token=TOKEN)
+    small = MilvusStore(uri=env.uri, request_bytes=1024, token=TOKEN, owner=env.store.owner)
     try:
         np.testing.assert_array_equal(
             small.search("dense", Q[:5], 7).ids, env.store.search("dense", Q[:5], 7).ids
@@ -196,6 +238,110 @@ def test_split_requests_give_the_same_result(dense: Any) -> None:
         if small.has_collection("split_insert"):
             small.drop_collection("split_insert")
         small.close()
+
+
+@integration
+def test_sparse_rows_hold_only_nonzero_inner_products(env: Env) -> None:
+    """The package rule: documents sharing no term (or scoring exactly 0) are no hits."""
+    if not env.supports_sparse:
+        pytest.skip("Milvus 2.3 has no sparse vectors (SPARSE_FLOAT_VECTOR arrived in 2.4)")
+    d = 50
+    rng = np.random.default_rng(7)
+    rows, cols, vals = [], [], []
+    for i in range(40):  # each doc: 3 terms among 40..49, weights > 0
+        for c in rng.choice(np.arange(40, d), 3, replace=False):
+            rows.append(i)
+            cols.append(int(c))
+            vals.append(float(rng.random() + 0.1))
+    # Docs 40-43 share term 0..3 with the queries; doc 44 holds term 0 with an
+    # explicit zero weight (and another term), so its inner product is 0.
+    for i, c in zip(range(40, 44), range(4)):
+        rows += [i, i]
+        cols += [c, 45]
+        vals += [0.5 + 0.1 * c, 0.3]
+    rows += [44, 44]
+    cols += [0, 46]
+    vals += [0.0, 0.7]
+    X = sp.csr_matrix((vals, (rows, cols)), shape=(45, d), dtype=np.float32)
+    ids = np.arange(45, dtype=np.int64) * 3 + 1
+    Q = sp.csr_matrix(np.eye(4, d, dtype=np.float32) + np.eye(4, d, 1, dtype=np.float32))
+    name = unique_collection_name("sparse_rule")
+    env.store.create_collection(name, sparse=True)
+    try:
+        env.store.insert(name, X, ids)
+        k = 10
+        got = env.store.search(name, Q, k)
+        true = (Q @ X.T).toarray()
+        for r in range(Q.shape[0]):
+            nz = np.flatnonzero(true[r])
+            order = sorted(nz, key=lambda j: (-true[r, j], ids[j]))[:k]
+            assert got.ids[r].tolist() == [int(ids[j]) for j in order] + [-1] * (k - len(order))
+            np.testing.assert_allclose(got.scores[r, : len(order)], true[r, order], rtol=1e-6)
+            assert np.isneginf(got.scores[r, len(order) :]).all()
+    finally:
+        env.store.drop_collection(name)
+
+
+@integration
+def test_dense_collection_without_dim_is_made_by_the_first_insert(env: Env) -> None:
+    X, ids, Q, _ = _dense_data(9)
+    name = unique_collection_name("nodim")
+    env.store.create_collection(name)
+    try:
+        assert env.store.has_collection(name) and name in env.store.list_collections()
+        assert env.store.count(name) == 0
+        assert (env.store.search(name, Q[:2], 3).ids == -1).all()
+        env.store.insert(name, X, ids)
+        _assert_same_topk(env.store.search(name, Q, 5), _exact(X, ids, Q, 5))
+        with pytest.raises(ValueError, match=f"dimension {DIM}"):
+            env.store.insert(name, np.ones((1, DIM + 1), np.float32), [10**9])
+        other = MilvusStore(uri=env.uri, token=TOKEN)  # the server has it now
+        try:
+            assert other.count(name) == N
+        finally:
+            other.close()
+    finally:
+        env.store.drop_collection(name)
+
+
+@integration
+def test_rows_removed_behind_the_store_fail_loudly(env: Env) -> None:
+    """A FLAT search that returns fewer than min(k, count) hits is an error, not a result."""
+    if env.kind == "lite_file":
+        pytest.skip("needs a second client of the same server")
+    from pymilvus import MilvusClient
+
+    X, ids, Q, _ = _dense_data(11)
+    name = unique_collection_name("shrunk")
+    env.store.create_collection(name, DIM)
+    raw = MilvusClient(uri=env.uri, dedicated=True)
+    try:
+        env.store.insert(name, X, ids)
+        assert (env.store.search(name, Q[:2], N).ids >= 0).all()
+        raw.delete(name, ids=ids[:5].tolist())  # another client, bypassing ownership
+        with pytest.raises(MilvusStoreError, match=rf"lost rows .*counted {N}.*holds {N - 5}"):
+            env.store.search(name, Q[:2], N)
+    finally:
+        raw.close()
+        env.store.drop_collection(name)
+
+
+@integration
+def test_provenance_names_versions_not_paths(env: Env, tmp_path: Any) -> None:
+    import json
+    from importlib import metadata
+
+    prov = env.store.provenance()
+    assert prov["packages"]["pymilvus"] == metadata.version("pymilvus")
+    want = {
+        "lite_file": "milvus-lite (in-process)",
+        "lite_server": "milvus-lite server",
+        "milvus235": "milvus server (standalone or cluster)",
+    }[env.kind]
+    assert prov["deployment"] == want
+    assert ("2.3.5" in prov["server_version"]) == (env.kind == "milvus235")
+    text = json.dumps(prov)
+    assert TOKEN not in text and "/" not in text.replace("http://", "")
 
 
 @integration
@@ -328,6 +474,24 @@ def test_unknown_and_existing_collection(dense: Any) -> None:
 def test_collection_name_milvus_rejects(env: Env, bad: str) -> None:
     with pytest.raises(ValueError, match="Milvus's rule"):
         env.store.create_collection(bad, 4)
+    assert not env.store.has_collection(bad)
+
+
+@integration
+def test_longest_name_with_a_run_suffix_is_accepted(env: Env) -> None:
+    name = unique_collection_name("x" * 300, "run_0123abcd")
+    assert len(name) == 255 and name.endswith("_run_0123abcd")
+    env.store.create_collection(name, 4)
+    try:
+        env.store.insert(name, np.eye(4, dtype=np.float32), np.arange(4))
+        assert env.store.search(name, np.eye(4, dtype=np.float32), 1).ids[:, 0].tolist() == [
+            0,
+            1,
+            2,
+            3,
+        ]
+    finally:
+        env.store.drop_collection(name)
 
 
 @integration
@@ -372,26 +536,6 @@ def test_token_never_shown(env: Env, caplog: pytest.LogCaptureFixture, monkeypat
     assert TOKEN not in caplog.text
 
 
-@integration
-def test_down_server_clear_error_after_retries(
-    dead_lite_server: Any, caplog: pytest.LogCaptureFixture
-) -> None:
-    store = MilvusStore(uri=dead_lite_server.uri, token=TOKEN, retries=2, backoff_s=0.05)
-    store.create_collection("doomed", 4)
-    store.insert("doomed", np.eye(4, dtype=np.float32), np.arange(4))
-    assert store.search("doomed", np.eye(4, dtype=np.float32), 1).ids[:, 0].tolist() == [0, 1, 2, 3]
-    dead_lite_server.process.kill()
-    dead_lite_server.process.wait(timeout=10)
-    caplog.set_level(logging.DEBUG)
-    with pytest.raises(MilvusUnavailableError) as info:
-        store.search("doomed", np.eye(4, dtype=np.float32), 1)
-    msg = str(info.value)
-    assert dead_lite_server.uri in msg and "3 attempt(s)" in msg and "search" in msg
-    assert TOKEN not in msg and TOKEN not in caplog.text
-    assert caplog.text.count("retry ") >= 2  # the backoff retries happened
-    store.close()
-
-
 def test_uri_credentials_are_redacted() -> None:
     assert _redact_uri("http://root:Milvus@host:19530") == "http://host:19530"
     assert _redact_uri("http://127.0.0.1:19530") == "http://127.0.0.1:19530"
@@ -412,7 +556,10 @@ def test_uri_credentials_are_redacted() -> None:
         ({"index": "HNSW", "search_params": {"ef": 0}}, r"search_params\['ef'\] must be in"),
         ({"consistency_level": "Sometimes"}, "consistency_level must be one of"),
         ({"request_bytes": 65 * 2**20}, "request_bytes must be in"),
-        ({"retries": -1}, "retries must be in"),
+        ({"retry_budget_s": -1}, "retry_budget_s must be a number >= 0"),
+        ({"backoff_s": "1"}, "backoff_s must be a number >= 0"),
+        ({"owner": "has space"}, "owner must be 1-128 letters"),
+        ({"owner": ""}, "owner must be 1-128 letters"),
     ],
 )
 def test_bad_parameters(kwargs: dict, match: str) -> None:
@@ -459,7 +606,7 @@ class TestMilvusLiteFileConformance(StoreConformance):
 
     @pytest.fixture
     def make_store(self, tmp_path: Any) -> Any:
-        return lambda: MilvusStore(uri=str(tmp_path / "conf.db"))
+        return lambda: MilvusStore(uri=str(tmp_path / "conf.db"), owner="conformance")
 
 
 @integration
@@ -476,6 +623,7 @@ class TestMilvusLiteFileHnswConformance(StoreConformance):
             index="HNSW",
             index_params={"M": 16, "efConstruction": 64},
             search_params={"ef": 64},
+            owner="conformance",
         )
 
 
@@ -487,7 +635,7 @@ class TestMilvusLiteServerConformance(StoreConformance):
 
     @pytest.fixture
     def make_store(self, milvus_lite_server: Any) -> Any:
-        return lambda: MilvusStore(uri=milvus_lite_server.uri, token=TOKEN)
+        return lambda: MilvusStore(uri=milvus_lite_server.uri, token=TOKEN, owner="conformance")
 
 
 @integration
@@ -498,7 +646,7 @@ class TestMilvus235Conformance(StoreConformance):
 
     @pytest.fixture
     def make_store(self, milvus_standalone: Any) -> Any:
-        return lambda: MilvusStore(uri=milvus_standalone.uri, token=TOKEN)
+        return lambda: MilvusStore(uri=milvus_standalone.uri, token=TOKEN, owner="conformance")
 
     def test_exact_topk_sparse(self) -> None:
         pytest.skip(_NO_SPARSE_23)
