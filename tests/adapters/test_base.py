@@ -7,12 +7,17 @@ import pytest
 import scipy.sparse as sp
 
 from imsearch_align.adapters.base import (
+    BaseStore,
+    CollectionExistsError,
     CollectionInfo,
+    CollectionNotFoundError,
+    check_collection_name,
     check_k,
     check_new_ids,
     check_vectors,
     empty_result,
     finalize_rows,
+    unique_collection_name,
 )
 
 
@@ -83,3 +88,106 @@ def test_check_new_ids():
         check_new_ids([7], 2, existing, "c")
     with pytest.raises(ValueError, match=r"ids must be >= 0"):
         check_new_ids([-1], 1, existing, "c")
+
+
+# --------------------------------------------------------------------------
+# one name rule, unique names, provenance, the catalog hooks
+
+
+@pytest.mark.parametrize("bad", ["1abc", "a-b", "has space", "", "x" * 256, None, 7])
+def test_check_collection_name_rejects(bad):
+    with pytest.raises(ValueError, match="letters, digits and underscores"):
+        check_collection_name(bad)
+
+
+def test_check_collection_name_accepts_the_milvus_rule():
+    for good in ("a", "_x", "A1_b2", "x" * 255):
+        assert check_collection_name(good) == good
+
+
+def test_unique_collection_name():
+    assert unique_collection_name("flickr30k/t2i-csa", "r1") == "flickr30k_t2i_csa_r1"
+    assert unique_collection_name("30k", "r1") == "c_30k_r1"  # no leading digit
+    long = unique_collection_name("y" * 400, "run_42")
+    assert len(long) == 255 and long.endswith("_run_42")
+    a, b = unique_collection_name("t2i"), unique_collection_name("t2i")
+    assert a != b and a.startswith("t2i_") and len(a) == len("t2i_") + 12
+    for name in (a, long):
+        check_collection_name(name)
+    with pytest.raises(ValueError, match="suffix must be"):
+        unique_collection_name("t2i", "bad-suffix")
+
+
+class _DictStore(BaseStore):
+    """The smallest in-memory BaseStore: rows in a dict (an independent oracle path)."""
+
+    provenance_packages = ("numpy", "scipy", "no-such-dist-xyz")
+
+    def _insert(self, info, vectors, ids):
+        info.state = {**(info.state or {}), **dict(zip(ids.tolist(), vectors))}
+
+    def _search(self, info, queries, k):
+        ids = np.array(list(info.state), dtype=np.int64)
+        mat = np.stack(list(info.state.values()))
+        scores = queries @ mat.T
+        return finalize_rows(np.broadcast_to(ids, scores.shape), scores, k)
+
+
+def test_base_store_template_and_provenance():
+    from importlib import metadata
+
+    from imsearch_align.framework.interfaces import StoreProvenance, is_thread_safe
+
+    s = _DictStore()
+    assert isinstance(s, StoreProvenance) and is_thread_safe(s)
+    prov = s.provenance()
+    assert prov == {
+        "packages": {"numpy": metadata.version("numpy"), "scipy": metadata.version("scipy")}
+    }
+    s.create_collection("c")
+    assert s.search("c", np.ones((2, 3), np.float32), 2).ids.tolist() == [[-1, -1], [-1, -1]]
+    x = np.array([[1, 0, 0], [0, 2, 0], [0, 0, 3]], np.float32)
+    s.insert("c", x, [7, 8, 9])
+    assert s.count("c") == 3 and s.list_collections() == ["c"]
+    r = s.search("c", np.array([[1, 1, 1]], np.float32), 5)
+    assert r.ids.tolist() == [[9, 8, 7, -1, -1]]  # returned unchanged: finalised by the hook
+    with pytest.raises(ValueError, match=r"already stored: \[8\]"):
+        s.insert("c", x[:1], [8])
+    with pytest.raises(CollectionExistsError, match="unique_collection_name"):
+        s.create_collection("c", 3)
+    assert s.has_collection("c") and not s.has_collection("1bad") and not s.has_collection(3)
+    with pytest.raises(CollectionNotFoundError, match="existing collections: 'c'"):
+        s.search("1bad", x, 1)
+    s.drop_collection("c")
+    assert not s.has_collection("c")
+    s.close()
+    with pytest.raises(RuntimeError, match="closed"):
+        s.list_collections()
+
+
+def test_remote_store_hooks_keep_no_ids():
+    """A store whose backend holds the ids (keeps_ids = False) answers through its hooks."""
+
+    class Remote(_DictStore):
+        keeps_ids = False
+        asked: list
+
+        def _stored_among(self, info, ids):
+            self.asked.append(ids.tolist())
+            return ids[np.isin(ids, list(info.state or {}))]
+
+        def _count(self, info):
+            return len(info.state or {})
+
+        def _is_empty(self, info):
+            return not info.state
+
+    s = Remote()
+    s.asked = []
+    s.create_collection("r", 2)
+    s.insert("r", np.eye(2, dtype=np.float32), [4, 5])
+    assert s._collections["r"].ids.size == 0  # nothing kept in memory
+    assert s.count("r") == 2 and s.asked == [[4, 5]]
+    with pytest.raises(ValueError, match=r"already stored: \[5\]"):
+        s.insert("r", np.eye(2, dtype=np.float32), [5, 6])
+    assert s.search("r", np.array([[0, 1]], np.float32), 1).ids.tolist() == [[5]]
