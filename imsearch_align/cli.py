@@ -830,20 +830,24 @@ def _list_metrics() -> None:
 
 
 def _list_registry(kind: str) -> None:
+    """One line per name: summary, where it comes from; broken plug-ins named, never fatal."""
     from imsearch_align.framework import registry
 
-    reg = getattr(registry, kind.upper())
-    names = reg.names()
+    rows = getattr(registry, kind.upper()).listing()
     print(f"{kind}:")
-    width = max((len(n) for n in names), default=0)
-    for n in names:
-        origin = reg.origin(n)
-        where = "" if origin == "built-in" else f"  [{origin}]"
-        print(f"  {n.ljust(width)}  {_doc_line(reg.get(n))}{where}".rstrip())
-    if not names:
+    width = max((len(r.name) for r in rows), default=0)
+    for r in rows:
+        where = "" if r.origin == registry.BUILTIN else f"  [{r.origin}]"
+        text = f"unusable: {r.error}" if r.error else r.summary
+        print(f"  {r.name.ljust(width)}  {text}{where}".rstrip())
+        if kind == "tasks" and r.obj is not None and r.error is None:
+            from imsearch_align.experiment.tasks import Task
+
+            if isinstance(r.obj, type) and issubclass(r.obj, Task):
+                print(f"  {''.ljust(width)}    measures: {r.obj.measures}")
+                print(f"  {''.ljust(width)}    from: {r.obj.source}")
+    if not rows:
         print("  (none registered)")
-    for mod, err in reg.failures().items():
-        print(f"  (plug-in {mod} could not be loaded: {err})")
 
 
 def _describe_dataset(name: str) -> None:
@@ -865,6 +869,8 @@ def cmd_list(args: argparse.Namespace) -> int:
             raise UsageError("list: a NAME is only taken after 'datasets' (list datasets coco)")
         _describe_dataset(args.name)
         return 0
+    from imsearch_align.framework.registry import plugin_failures
+
     for i, kind in enumerate([args.kind] if args.kind else list(_LIST_KINDS)):
         if i:
             print()
@@ -872,6 +878,8 @@ def cmd_list(args: argparse.Namespace) -> int:
             _list_metrics()
         else:
             _list_registry(kind)
+    for mod, err in plugin_failures().items():
+        print(f"(plug-in module {mod} could not be loaded: {err})")
     return 0
 
 
@@ -1044,7 +1052,7 @@ def _load_plugins(modules: Sequence[str] | None) -> None:
     from imsearch_align.framework.registry import PluginError, load_plugins
 
     try:
-        load_plugins(list(modules))
+        load_plugins(list(modules), strict=True)
     except PluginError as exc:
         raise UsageError(f"--plugin: {exc}") from None
 
@@ -1068,12 +1076,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     logging.basicConfig(level=level, format="%(levelname)s %(name)s: %(message)s")
     from imsearch_align.experiment import ConfigError
     from imsearch_align.experiment.tasks import TaskUnsupportedError
-    from imsearch_align.framework.registry import UnknownNameError
+    from imsearch_align.framework.registry import PluginError, UnknownNameError
 
     try:
         _load_plugins(args.plugin)
         return int(args.func(args))
-    except (UnknownNameError, UsageError, ConfigError, TaskUnsupportedError) as exc:
+    except (UnknownNameError, PluginError, UsageError, ConfigError, TaskUnsupportedError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
