@@ -1,8 +1,11 @@
-"""End-to-end experiments: every method x store, classification, resume, bad input."""
+"""End-to-end experiments on the typed result: every method x store, agreement with an
+independent brute force, learning curves, result files, --skip-existing, resume after a
+real SIGKILL, classification and perturbations with real encoders, bad input."""
 
 from __future__ import annotations
 
 import json
+import logging
 import os
 import signal
 import subprocess
@@ -12,10 +15,22 @@ import time
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import pytest
 
-from imsearch_align import Run, evaluate
-from imsearch_align.experiment import ExperimentConfig, class_vectors, run_experiment, sweep
+from imsearch_align import Run
+from imsearch_align.experiment import (
+    ConfigError,
+    ExperimentConfig,
+    ExperimentError,
+    ExperimentResult,
+    class_vectors,
+    run_experiment,
+    sweep,
+)
+from imsearch_align.experiment.result import RunStatus
+from imsearch_align.experiment.tasks import TaskUnsupportedError
+from imsearch_align.framework.registry import STORES, UnknownNameError
 
 METHODS = {
     "csa": {},
@@ -25,6 +40,7 @@ METHODS = {
     "linear": {},
 }
 SYN = {"n_images": 600, "captions_per_image": 2, "seed": 3, "d_image": 40, "d_text": 32}
+STORE_NAMES = ["exact", "faiss", "milvus"]
 
 
 def _store_params(store, tmp_path):
@@ -48,35 +64,49 @@ def _syn_config(method, store, tmp_path, **kw):
     )
 
 
-@pytest.mark.parametrize("store", ["exact", "faiss", "milvus"])
+@pytest.fixture(scope="module")
+def syn_run(tmp_path_factory):
+    """``syn_run(method, store)``: one run per pair for the whole module, written to disk."""
+    root = tmp_path_factory.mktemp("syn_runs")
+    done: dict[tuple[str, str], ExperimentResult] = {}
+
+    def get(method: str, store: str) -> ExperimentResult:
+        if (method, store) not in done:
+            d = root / f"{method}_{store}"
+            d.mkdir()
+            done[method, store] = run_experiment(
+                _syn_config(method, store, d), output_dir=d / "out", progress=False
+            )
+        return done[method, store]
+
+    return get
+
+
+@pytest.mark.parametrize("store", STORE_NAMES)
 @pytest.mark.parametrize("method", list(METHODS))
-def test_every_method_and_store_on_synthetic(method, store, tmp_path):
-    res = run_experiment(_syn_config(method, store, tmp_path), progress=False)
-    n_test = res["dataset"]["n_test_images"]
+def test_every_method_and_store_on_synthetic(method, store, syn_run):
+    res = syn_run(method, store)
+    assert isinstance(res, ExperimentResult) and res.status.ok, res.status
+    n_test = res.dataset.n_test_images
+    assert res.dataset.n_support_pairs == 400 and res.config.store == store
     chance = 1 / n_test
     for d in ("t2i", "i2t"):
-        assert res["metrics"][f"{d}/Accuracy"] > 10 * chance, (
-            method,
-            store,
-            d,
-            res["metrics"][f"{d}/Accuracy"],
-        )
-    # CLIP_benchmark aliases are our HitRate.
-    assert res["clip_benchmark"]["image_retrieval_recall@5"] == res["metrics"]["t2i/HitRate@5"]
-    assert res["clip_benchmark"]["text_retrieval_recall@5"] == res["metrics"]["i2t/HitRate@5"]
-    assert res["tasks"]["t2i"]["n_queries"] == 2 * n_test and res["tasks"]["t2i"]["n_failed"] == 0
-    assert res["timings"]["fit_s"] >= 0 and res["timings"]["t2i_queries_per_s"] > 0
+        assert res.metric(f"{d}/Accuracy") > 10 * chance, (method, store, d, res.metrics)
+    # CLIP_benchmark's retrieval recall is our HitRate (not IR recall).
+    cb = res.clip_benchmark()
+    assert cb["image_retrieval_recall@5"] == res.metric("t2i/HitRate@5")
+    assert cb["text_retrieval_recall@5"] == res.metric("i2t/HitRate@5")
+    t2i = res.rankings["t2i"]
+    assert t2i.n_queries == res.dataset.n_test_texts == 2 * n_test and t2i.n_failed == 0
+    assert t2i.n_docs == n_test and res.rankings["i2t"].n_queries == n_test
+    assert res.timings["fit_s"] >= 0 and t2i.timings.queries_per_s > 0
+    assert t2i.timings.n_batches_searched == t2i.timings.n_batches >= 1
+    assert res.method.name == method and res.method.output_dim > 0
+    assert res.method.sparse == (method == "asif")
 
 
-def test_stores_agree_with_each_other_and_with_a_direct_computation(tmp_path):
-    results = {
-        s: run_experiment(_syn_config("csa", s, tmp_path), progress=False)
-        for s in ("exact", "faiss", "milvus")
-    }
-    for s in ("faiss", "milvus"):
-        for m, v in results["exact"]["metrics"].items():
-            assert results[s]["metrics"][m] == pytest.approx(v, abs=1e-9), (s, m)
-    # Independent check of t2i: fit CSA by hand on the same support pairs, brute force.
+def _oracle_spaces():
+    """CSA fitted by hand on the pipeline's seeded support sample; aligned test vectors."""
     from imsearch_align.datasets.synthetic import load_synthetic
     from imsearch_align.methods.csa import CSA
 
@@ -86,44 +116,287 @@ def test_stores_agree_with_each_other_and_with_a_direct_computation(tmp_path):
     sup_t, sup_i = texts.text_id.to_numpy()[pick], texts.image_id.to_numpy()[pick]
     m = CSA().fit(ip.encode(list(sup_i)), tp.encode(list(sup_t)))
     test_i, test_t = ds.split_ids("test", "image"), ds.split_ids("test", "text")
-    s = m.similarity(ip.encode(list(test_i)), tp.encode(list(test_t))).T
-    order = np.argsort(-s, axis=1, kind="stable")[:, :10]
-    run = Run.from_arrays(test_t, test_i[order], np.take_along_axis(s, order, 1))
-    want = evaluate(run, ds.qrels("t2i"), ["R@1", "nDCG@10"]).mean()
-    assert results["exact"]["metrics"]["t2i/R@1"] == pytest.approx(want["R@1"], abs=1e-9)
-    assert results["exact"]["metrics"]["t2i/nDCG@10"] == pytest.approx(want["nDCG@10"], abs=1e-6)
+    a_img = np.asarray(m.transform_images(ip.encode(list(test_i))))
+    a_txt = np.asarray(m.transform_texts(tp.encode(list(test_t))))
+    return ds, test_i, test_t, a_img, a_txt
+
+
+def _pytrec(qids, dids, scores, qrels_pairs, measures):
+    import pytrec_eval
+
+    qrels: dict[str, dict[str, int]] = {}
+    for q, d in qrels_pairs:
+        qrels.setdefault(str(q), {})[str(d)] = 1
+    run = {
+        str(q): {str(d): float(s) for d, s in zip(row_d, row_s)}
+        for q, row_d, row_s in zip(qids, dids, scores)
+    }
+    per_q = pytrec_eval.RelevanceEvaluator(qrels, set(measures)).evaluate(run)
+    return {m: float(np.mean([per_q[q][m] for q in qrels])) for m in measures}
+
+
+def test_stores_agree_with_each_other_and_with_an_independent_brute_force(syn_run):
+    """Every store's numbers lie within the tie-aware bounds of a float64 brute force of a
+    hand-fitted CSA, as do pytrec_eval's; the bounds are tight, so the check has teeth."""
+    from imsearch_align.framework.ties import default_tolerance, tie_aware_evaluate
+
+    results = {s: syn_run("csa", s) for s in STORE_NAMES}
+    ds, test_i, test_t, a_img, a_txt = _oracle_spaces()
+    img64, txt64 = a_img.astype(np.float64), a_txt.astype(np.float64)
+    scale = float(np.linalg.norm(img64, axis=1).max() * np.linalg.norm(txt64, axis=1).max())
+    tol = default_tolerance(a_img.shape[1]) * max(1.0, scale)
+    texts = ds.texts.set_index("text_id").loc[test_t]
+    pairs = {
+        "t2i": list(zip(test_t, texts.image_id)),
+        "i2t": list(zip(texts.image_id, test_t)),
+    }
+    trec = {"recall_1": "R@1", "recall_10": "R@10", "ndcg_cut_10": "nDCG@10",
+            "success_1": "HitRate@1", "success_5": "HitRate@5", "P_5": "P@5"}  # fmt: skip
+    for direction, (q, d, qids, dids) in {
+        "t2i": (txt64, img64, test_t, test_i),
+        "i2t": (img64, txt64, test_i, test_t),
+    }.items():
+        s = q @ d.T
+        order = np.argsort(-s, axis=1, kind="stable")[:, :20]
+        top = np.take_along_axis(s, order, 1)
+        run = Run.from_arrays(qids, dids[order], top)
+        measures = list(results["exact"].rankings[direction].metrics)
+        tie = tie_aware_evaluate(run, ds.qrels(direction, "test"), measures, tol=tol)
+        low, high = tie.low_mean(), tie.high_mean()
+        for m in measures:
+            assert high[m] - low[m] < 0.01, (direction, m, low[m], high[m])
+            for store, res in results.items():
+                got = res.rankings[direction].metrics[m]
+                assert low[m] - 1e-9 <= got <= high[m] + 1e-9, (store, direction, m, got, low, high)
+        want = _pytrec(qids, dids[order[:, :10]], top[:, :10], pairs[direction], list(trec))
+        for tm, m in trec.items():
+            assert low[m] - 1e-9 <= want[tm] <= high[m] + 1e-9, (direction, m, want[tm])
+            for store, res in results.items():
+                got = res.rankings[direction].metrics[m]
+                assert got == pytest.approx(want[tm], abs=high[m] - low[m] + 1e-9), (store, m)
 
 
 def test_learning_curve_csa_improves_with_support_size(tmp_path):
-    base = _syn_config("csa", "exact", tmp_path)
+    base = _syn_config("csa", "exact", tmp_path, directions=("t2i",))
     res = sweep(base, n_values=[60, 400], output_dir=tmp_path / "out", progress=False)
-    assert res[1]["metrics"]["t2i/R@1"] > res[0]["metrics"]["t2i/R@1"] + 0.05
+    assert [r.dataset.n_support_pairs for r in res] == [60, 400]
+    assert all(isinstance(r, ExperimentResult) and r.status.ok for r in res)
+    assert res[1].metric("t2i/HitRate@1") > res[0].metric("t2i/HitRate@1") + 0.05
     files = sorted(p.name for p in (tmp_path / "out").glob("*.json"))
     assert files == ["synthetic_csa_exact_400.json", "synthetic_csa_exact_60.json"]
+    assert [Path(r.path).name for r in res] == files[::-1]
 
 
-def test_result_files_skip_existing_and_per_query(tmp_path):
-    cfg = _syn_config("linear", "exact", tmp_path, diagnostics=True, ann_fidelity=True)
-    out = tmp_path / "res"
-    r1 = run_experiment(cfg, output_dir=out, progress=False)
-    path = Path(r1["path"])
+def test_result_file_round_trips_with_provenance_intervals_and_per_query_parquet(syn_run):
+    r1 = syn_run("linear", "exact")
+    path = Path(r1.path)
     stored = json.loads(path.read_text())
+    cfg = r1.config
     assert stored["config"] == cfg.to_dict() and ExperimentConfig.from_dict(stored["config"]) == cfg
-    assert stored["environment"]["versions"]["numpy"] == np.__version__
-    assert (
-        "t2i/ann_recall@10" in stored["metrics"] and stored["metrics"]["t2i/ann_recall@10"] == 1.0
-    )
-    assert "aligned" in stored["diagnostics"]
-    lo, hi = stored["tasks"]["t2i"]["intervals"]["R@1"]
-    assert lo <= stored["metrics"]["t2i/R@1"] <= hi
-    import pandas as pd
-
+    assert stored["status"]["state"] == "ok" and stored["key"] == cfg.key()
+    back = ExperimentResult.load(path)
+    assert back == r1 and back.path == str(path)
+    assert back.provenance.versions["numpy"] == np.__version__
+    assert stored["provenance"]["versions"]["numpy"] == np.__version__
+    for name, ranking in r1.rankings.items():
+        lo, hi = ranking.intervals["R@1"]
+        assert lo <= ranking.metrics["R@1"] <= hi, name
     pq = pd.read_parquet(path.with_suffix(".per_query.parquet"))
-    assert set(pq.direction) == {"t2i", "i2t"}
-    assert pq[pq.direction == "t2i"]["R@1"].mean() == pytest.approx(stored["metrics"]["t2i/R@1"])
+    assert r1.per_query_file == path.with_suffix(".per_query.parquet").name
+    assert set(pq.ranking) == {"t2i", "i2t"}
+    for name, ranking in r1.rankings.items():
+        rows = pq[pq.ranking == name]
+        assert len(rows) == ranking.n_queries
+        for m in ("R@1", "HitRate@5", "nDCG@10"):
+            assert rows[m].mean() == pytest.approx(ranking.metrics[m], abs=1e-12), (name, m)
+    # A clean result leaves no checkpoints behind.
+    assert not (path.parent / ".checkpoints" / cfg.key()).exists()
+
+
+def test_skip_existing_keeps_a_clean_result(tmp_path):
+    cfg = _syn_config("linear", "faiss", tmp_path, directions=("t2i",))
+    r1 = run_experiment(cfg, output_dir=tmp_path, progress=False)
+    path = Path(r1.path)
     mtime = path.stat().st_mtime_ns
-    r2 = run_experiment(cfg, output_dir=out, skip_existing=True, progress=False)
-    assert r2["skipped"] and path.stat().st_mtime_ns == mtime
+    r2 = run_experiment(cfg, output_dir=tmp_path, skip_existing=True, progress=False)
+    assert r2.skipped and not r1.skipped and r2.path == str(path)
+    assert path.stat().st_mtime_ns == mtime and r2 == r1
+
+
+@pytest.mark.parametrize(
+    "state",
+    [RunStatus("degraded", ("t2i: 16 of 360 queries failed",)), RunStatus("failed", (), "E")],
+)
+def test_skip_existing_runs_a_degraded_or_failed_result_again(tmp_path, state, caplog):
+    cfg = _syn_config("linear", "faiss", tmp_path, directions=("t2i",))
+    r1 = run_experiment(cfg, output_dir=tmp_path, progress=False)
+    path = Path(r1.path)
+    path.write_text(r1.with_(status=state).to_json())
+    with caplog.at_level(logging.WARNING, logger="imsearch_align"):
+        r2 = run_experiment(cfg, output_dir=tmp_path, skip_existing=True, progress=False)
+    assert not r2.skipped and r2.status.ok
+    assert ExperimentResult.load(path).status.ok
+    assert f"is {state.state}" in caplog.text and "running it again" in caplog.text
+
+
+def test_skip_existing_overwrites_another_configs_file_and_says_so(tmp_path, caplog):
+    cfg = _syn_config("linear", "faiss", tmp_path, directions=("t2i",))
+    other = cfg.replace(seed=7)  # same output name, another experiment
+    assert other.output_name("{method}.json") == cfg.output_name("{method}.json")
+    run_experiment(other, output_dir=tmp_path, output_template="{method}.json", progress=False)
+    with caplog.at_level(logging.WARNING, logger="imsearch_align"):
+        r = run_experiment(
+            cfg,
+            output_dir=tmp_path,
+            output_template="{method}.json",
+            skip_existing=True,
+            progress=False,
+        )
+    assert not r.skipped and r.key == cfg.key()
+    assert ExperimentResult.load(tmp_path / "linear.json").key == cfg.key()
+    assert "holds another experiment" in caplog.text and "overwriting" in caplog.text
+    # An unreadable file is run again too.
+    (tmp_path / "linear.json").write_text("{torn")
+    again = run_experiment(
+        cfg,
+        output_dir=tmp_path,
+        output_template="{method}.json",
+        skip_existing=True,
+        progress=False,
+    )
+    assert not again.skipped and ExperimentResult.load(tmp_path / "linear.json").status.ok
+
+
+def test_output_template_with_folders_writes_result_and_parquet_there(tmp_path):
+    cfg = _syn_config("linear", "faiss", tmp_path, directions=("t2i",))
+    r = run_experiment(
+        cfg,
+        output_dir=tmp_path / "o",
+        output_template="sub/{dataset}/{method}.json",
+        progress=False,
+    )
+    folder = tmp_path / "o" / "sub" / "synthetic"
+    assert Path(r.path) == folder / "linear.json"
+    assert (folder / "linear.per_query.parquet").is_file()
+    assert len(pd.read_parquet(folder / "linear.per_query.parquet")) == r.rankings["t2i"].n_queries
+
+
+@pytest.mark.parametrize(
+    "template", ["{}.json", "{0}.json", "{dataset.x}.json", "{dataset}_{method}"]
+)
+def test_bad_output_template_fails_before_any_work(tmp_path, template, monkeypatch):
+    from imsearch_align.experiment import context
+
+    def no_work(self, config):
+        raise AssertionError("the dataset was loaded before the template was checked")
+
+    monkeypatch.setattr(context.Study, "load", no_work)
+    with pytest.raises(ConfigError, match="output template"):
+        run_experiment(
+            _syn_config("linear", "faiss", tmp_path),
+            output_dir=tmp_path / "o",
+            output_template=template,
+            progress=False,
+        )
+    assert not (tmp_path / "o").exists() or not any((tmp_path / "o").rglob("*"))
+
+
+# --------------------------------------------------------------------------- degraded and failed
+
+_FLAKY = "test-flaky-faiss"
+
+
+@pytest.fixture(scope="module")
+def flaky_store():
+    """A FAISS store whose every 5th search call raises (ValueError: never retried)."""
+    from imsearch_align.adapters.faiss_store import FaissStore
+
+    if _FLAKY not in STORES.names():
+
+        @STORES.register(_FLAKY)
+        class FlakyFaiss(FaissStore):
+            fail_every = 0
+
+            def search(self, name, queries, k):
+                self._calls = getattr(self, "_calls", 0) + 1
+                if self.fail_every and self._calls % self.fail_every == 2:
+                    raise ValueError(f"flaky store: call {self._calls} refused")
+                return super().search(name, queries, k)
+
+    return STORES.get(_FLAKY)
+
+
+def test_failed_queries_make_a_degraded_result_and_a_rerun_searches_only_them(
+    tmp_path, flaky_store, monkeypatch
+):
+    cfg = _syn_config("linear", "faiss", tmp_path, directions=("t2i",), batch_size=16, workers=1)
+    clean = run_experiment(cfg, progress=False)
+    monkeypatch.setattr(flaky_store, "fail_every", 5)
+    flaky = cfg.replace(store=_FLAKY)
+    res = run_experiment(flaky, output_dir=tmp_path, progress=False)
+    t2i = res.rankings["t2i"]
+    n_batches = -(-t2i.n_queries // 16)
+    n_bad = len([c for c in range(1, n_batches + 1) if c % 5 == 2])
+    assert res.status.state == "degraded"
+    assert t2i.n_failed == 16 * n_bad and res.n_failed == t2i.n_failed
+    assert f"t2i: {16 * n_bad} of {t2i.n_queries} queries failed" in res.status.reasons[0]
+    assert "flaky store" in res.status.reasons[0] and "STATUS DEGRADED" in res.summary()
+    # Failed queries score 0 and count in the mean: the numbers are lower, not invented.
+    assert res.metric("t2i/HitRate@10") < clean.metric("t2i/HitRate@10")
+    assert ExperimentResult.load(res.path).status.state == "degraded"
+    # Checkpoints are kept, so the re-run searches only the failed batches.
+    monkeypatch.setattr(flaky_store, "fail_every", 0)
+    again = run_experiment(flaky, output_dir=tmp_path, skip_existing=True, progress=False)
+    assert again.status.ok and not again.skipped
+    assert again.rankings["t2i"].timings.n_batches_searched == n_bad
+    assert again.rankings["t2i"].timings.n_batches_resumed == n_batches - n_bad
+    assert again.metrics == clean.metrics
+
+
+def test_a_failed_run_raises_with_its_written_failed_result(tmp_path):
+    cfg = _syn_config("csa", "faiss", tmp_path).replace(method_params={"sim_dim": 64})  # > d_text
+    with pytest.raises(ExperimentError, match="sim_dim") as err:
+        run_experiment(cfg, output_dir=tmp_path, progress=False)
+    failed = err.value.result
+    assert failed.status.state == "failed" and "sim_dim" in failed.status.error
+    assert failed.task is None and failed.metrics == {}
+    stored = ExperimentResult.load(failed.path)
+    assert stored.status == failed.status and stored.config == cfg
+
+
+# --------------------------------------------------------------------------- bugs found here
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="experiment/search.py calls _fidelity(store, collection, docs, doc_ids, q, k, "
+    "batch_size) with 7 arguments (it takes 6); _fidelity returns the dict rep.as_metrics(), "
+    "on which the caller then calls rep.metrics() and reads rep.ok / rep.first_problem: "
+    "ann_fidelity=True fails every retrieval run",
+)
+def test_ann_fidelity_of_an_exact_store_is_one_and_truthful(tmp_path):
+    res = run_experiment(
+        _syn_config("linear", "exact", tmp_path, ann_fidelity=True), progress=False
+    )
+    assert res.status.ok
+    for d in ("t2i", "i2t"):
+        assert res.metric(f"{d}/ann_recall@10") == 1.0
+        # Reported scores are the true inner products, to float32 rounding (Higham's bound).
+        eps = float(np.finfo(np.float32).eps)
+        assert res.rankings[d].fidelity["score_max_rel_error@10"] <= res.method.output_dim * eps
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="diagnostics=True is ignored: the pipeline never computes the embedding-space "
+    "geometry that 0.1.0 stored under result['diagnostics'] (raw and aligned)",
+)
+def test_diagnostics_describe_the_aligned_space(tmp_path):
+    res = run_experiment(_syn_config("linear", "exact", tmp_path, diagnostics=True), progress=False)
+    assert res.diagnostics is not None and "aligned" in res.diagnostics
+
+
+# --------------------------------------------------------------------------- classification
 
 
 def test_classification_on_synthetic_classes_requires_a_text_encoder(tmp_path):
@@ -137,8 +410,42 @@ def test_classification_on_synthetic_classes_requires_a_text_encoder(tmp_path):
         store="exact",
         cache_dir=None,
     )
-    with pytest.raises(ValueError, match="precomputed text provider cannot encode new text"):
+    with pytest.raises((ExperimentError, TaskUnsupportedError)) as err:
         run_experiment(cfg, progress=False)
+    assert "text embeddings are precomputed" in str(err.value)
+    assert "name a text encoder" in str(err.value)
+
+
+def _no_fit(monkeypatch):
+    from imsearch_align.experiment import context
+
+    def fit(self):
+        raise AssertionError("embeddings were read and the method fitted before the check")
+
+    monkeypatch.setattr(context.TaskContext, "fit", fit)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="Classification.check (and MultiLabel.check) do not check that the text provider can "
+    "encode class prompts: a precomputed text provider is found only in run(), after the "
+    "support embeddings were read and the method fitted",
+)
+def test_classification_without_a_text_encoder_is_refused_before_any_work(tmp_path, monkeypatch):
+    _no_fit(monkeypatch)
+    cfg = ExperimentConfig(
+        dataset="synthetic",
+        dataset_params={**SYN, "n_classes": 5},
+        image_encoder=None,
+        text_encoder=None,
+        task="classification",
+        method="linear",
+        store="exact",
+        cache_dir=None,
+    )
+    with pytest.raises(TaskUnsupportedError, match="name a text encoder"):
+        run_experiment(cfg, output_dir=tmp_path, progress=False)
+    assert not list(tmp_path.glob("*.json"))
 
 
 def test_class_vectors_ensemble_is_normalised_mean_of_normalised_prompts():
@@ -183,13 +490,15 @@ def _shapes_config(setup, method, store, tmp_path, **kw):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("store", ["exact", "faiss", "milvus"])
+@pytest.mark.parametrize("store", STORE_NAMES)
 @pytest.mark.parametrize("method", list(METHODS))
 def test_every_method_and_store_on_shapes_with_real_encoders(shapes_setup, method, store, tmp_path):
     res = run_experiment(_shapes_config(shapes_setup, method, store, tmp_path), progress=False)
-    n_test = res["dataset"]["n_test_images"]
-    assert res["metrics"]["t2i/HitRate@5"] > 2 * 5 / n_test, (method, store, res["metrics"])
-    assert res["encoders"]["image"].startswith("efficientnet-lite0")
+    assert res.status.ok, res.status
+    n_test = res.dataset.n_test_images
+    assert res.metric("t2i/HitRate@5") > 2 * 5 / n_test, (method, store, res.metrics)
+    assert res.encoders.image.startswith("efficientnet-lite0")
+    assert res.encoders.text.startswith("sentence-transformers")
 
 
 @pytest.mark.slow
@@ -201,12 +510,30 @@ def test_zero_shot_classification_on_shapes(shapes_setup, tmp_path, ensemble):
         ),
         progress=False,
     )
-    cls = res["tasks"]["classification"]
-    chance = 1 / cls["n_classes"]
-    assert cls["metrics"]["acc1"] > 1.5 * chance
-    assert cls["metrics"]["acc1"] == res["metrics"]["classification/Accuracy"]
-    assert 0 <= cls["metrics"]["mean_per_class_recall"] <= 1
-    assert cls["metrics"]["acc5"] >= cls["metrics"]["acc1"]
+    assert res.status.ok and res.task.task == "classification"
+    details, m = res.task.details, res.metrics
+    chance = 1 / details["n_classes"]
+    assert details["ensemble"] == ensemble and "not zero-shot" in details["protocol"]
+    assert m["classification/acc1"] > 1.5 * chance
+    assert m["classification/acc1"] == m["classification/Accuracy"]
+    assert m["classification/acc1"] == m["classification/HitRate@1"]
+    assert 0 <= m["classification/mean_per_class_recall"] <= 1
+    assert m["classification/acc5"] >= m["classification/acc1"]
+    assert res.clip_benchmark()["acc1"] == m["classification/acc1"]
+    assert res.rankings["classification"].n_queries == res.dataset.n_test_images
+
+
+@pytest.mark.slow
+def test_acc5_is_reported_whatever_k_values_say(shapes_setup, tmp_path):
+    res = run_experiment(
+        _shapes_config(shapes_setup, "linear", "exact", tmp_path, task="classification").replace(
+            k_values=(1,)
+        ),
+        progress=False,
+    )
+    assert res.task.details["n_classes"] >= 5
+    acc1, acc5 = res.metric("classification/acc1"), res.metric("classification/acc5")
+    assert acc1 <= acc5 <= 1.0
 
 
 # --------------------------------------------------------------------------- resume after SIGKILL
@@ -214,12 +541,12 @@ def test_zero_shot_classification_on_shapes(shapes_setup, tmp_path, ensemble):
 _SLOW_RUN = textwrap.dedent(
     """
     import sys, time, json
-    from imsearch_align.adapters.exact import ExactStore
+    from imsearch_align.adapters.faiss_store import FaissStore
     from imsearch_align.framework.registry import STORES
     from imsearch_align.experiment import ExperimentConfig, run_experiment
 
-    @STORES.register("slow-exact")
-    class SlowExact(ExactStore):
+    @STORES.register("slow-faiss")
+    class SlowFaiss(FaissStore):
         def search(self, name, queries, k):
             time.sleep(float(sys.argv[2]))
             with open(sys.argv[3], "a") as f:
@@ -233,8 +560,8 @@ _SLOW_RUN = textwrap.dedent(
 
 
 def test_resume_after_sigkill_equals_uninterrupted_run(tmp_path):
-    cfg = _syn_config("linear", "exact", tmp_path, batch_size=16, workers=1, directions=("t2i",))
-    cfg = cfg.replace(store="slow-exact")
+    cfg = _syn_config("linear", "faiss", tmp_path, batch_size=16, workers=1, directions=("t2i",))
+    cfg = cfg.replace(store="slow-faiss")
     script = tmp_path / "run.py"
     script.write_text(_SLOW_RUN)
     out = tmp_path / "out"
@@ -246,7 +573,7 @@ def test_resume_after_sigkill_equals_uninterrupted_run(tmp_path):
     )
     ckpt = out / ".checkpoints" / cfg.key() / "t2i"
     deadline = time.time() + 120
-    while time.time() < deadline:
+    while time.time() < deadline and proc.poll() is None:
         done = list(ckpt.glob("*/batch_*.npz")) if ckpt.exists() else []
         if len(done) >= 4:
             break
@@ -257,43 +584,70 @@ def test_resume_after_sigkill_equals_uninterrupted_run(tmp_path):
     assert not list(out.glob("*.json")), "the killed run must not have written a result"
     n_done = len(list(ckpt.glob("*/batch_*.npz")))
     assert n_done >= 4
-    # Resume: only the unfinished batches are searched again.
+    # Resume: only the unfinished batches are searched again, each taking >= 0.05 s.
     subprocess.run(
-        [sys.executable, str(script), json.dumps(cfg.to_dict()), "0", str(log2), str(out)],
+        [sys.executable, str(script), json.dumps(cfg.to_dict()), "0.05", str(log2), str(out)],
         env=env,
         check=True,
     )
-    n_queries = json.loads(next(out.glob("*.json")).read_text())["tasks"]["t2i"]["n_queries"]
-    n_batches = -(-n_queries // 16)
+    resumed = ExperimentResult.load(next(out.glob("*.json")))
+    t2i = resumed.rankings["t2i"]
+    n_batches = -(-t2i.n_queries // 16)
     assert len(log2.read_text().split()) == n_batches - n_done
-    resumed = json.loads(next(out.glob("*.json")).read_text())
-    fresh = run_experiment(cfg.replace(store="exact"), progress=False)
-    assert resumed["metrics"] == fresh["metrics"]
+    assert t2i.timings.n_batches == n_batches
+    assert t2i.timings.n_batches_searched == n_batches - n_done
+    assert t2i.timings.n_batches_resumed == n_done
+    # Speed comes from the searched batches alone: at most 16 queries per 0.05 s.
+    assert 0 < t2i.timings.queries_per_s <= 16 / 0.05 * 1.05
+    assert resumed.status.ok and not (out / ".checkpoints" / cfg.key()).exists()
+    fresh = run_experiment(cfg.replace(store="faiss"), progress=False)
+    assert resumed.metrics == fresh.metrics
 
 
 # --------------------------------------------------------------------------- bad input
 
 
 def test_unknown_names_say_did_you_mean(tmp_path):
-    with pytest.raises(KeyError, match=r"unknown method 'csaa'. Did you mean 'csa'"):
-        run_experiment(_syn_config("csa", "exact", tmp_path).replace(method="csaa"), progress=False)
-    with pytest.raises(KeyError, match=r"unknown store 'fais'. Did you mean 'faiss'"):
-        run_experiment(_syn_config("csa", "exact", tmp_path).replace(store="fais"), progress=False)
-    with pytest.raises(KeyError, match=r"unknown dataset 'flickr'. Did you mean 'flickr30k'"):
-        run_experiment(
-            _syn_config("csa", "exact", tmp_path).replace(dataset="flickr"), progress=False
-        )
+    base = _syn_config("csa", "exact", tmp_path)
+    for field, value, needle in (
+        ("method", "csaa", r"unknown method 'csaa'. Did you mean 'csa'"),
+        ("store", "fais", r"unknown store 'fais'. Did you mean 'faiss'"),
+        ("dataset", "flickr", r"unknown dataset 'flickr'. Did you mean 'flickr30k'"),
+        ("task", "retreival", r"unknown task 'retreival'. Did you mean 'retrieval'"),
+    ):
+        with pytest.raises(UnknownNameError, match=needle):
+            run_experiment(base.replace(**{field: value}), progress=False)
+
+
+def test_unknown_parameter_names_are_refused_before_any_work(tmp_path, monkeypatch):
+    _no_fit(monkeypatch)
+    base = _syn_config("csa", "exact", tmp_path)
+    for field, value, needle in (
+        ("method_params", {"sim_dimm": 8}, r"method 'csa' takes no parameter 'sim_dimm' "
+                                           r"\(did you mean 'sim_dim'\?\)"),
+        ("store_params", {"url": "x"}, r"store 'exact' takes no parameter 'url'"),
+        ("dataset_params", {**SYN, "n_image": 3}, r"did you mean 'n_images'"),
+    ):  # fmt: skip
+        with pytest.raises(ConfigError, match=needle):
+            run_experiment(base.replace(**{field: value}), progress=False)
 
 
 def test_sparse_space_too_large_for_a_densifying_store_names_native_stores(tmp_path):
     cfg = _syn_config("asif", "faiss", tmp_path).replace(store_params={"max_dense_gb": 1e-6})
-    with pytest.raises(MemoryError, match=r"MilvusStore \(native sparse vectors\) or ExactStore"):
+    with pytest.raises(
+        ExperimentError, match=r"MilvusStore \(native sparse vectors\) or ExactStore"
+    ):
         run_experiment(cfg, progress=False)
+    try:
+        run_experiment(cfg, progress=False)
+    except ExperimentError as err:
+        assert isinstance(err.__cause__, MemoryError)
+        assert err.result.status.state == "failed" and "MemoryError" in err.result.status.error
 
 
 def test_n_support_larger_than_available(tmp_path):
     with pytest.raises(
-        ValueError, match=r"n_support=100000 is larger than the \d+ support pairs available"
+        ConfigError, match=r"n_support=100000 is larger than the 840 support pairs available"
     ):
         run_experiment(
             _syn_config("csa", "exact", tmp_path).replace(n_support=100_000), progress=False
@@ -303,7 +657,7 @@ def test_n_support_larger_than_available(tmp_path):
 def test_output_directory_that_cannot_be_written(tmp_path):
     blocker = tmp_path / "file"
     blocker.write_text("x")
-    with pytest.raises(PermissionError, match=r"output_dir .* cannot be written"):
+    with pytest.raises(PermissionError, match=r"output folder .* cannot be written"):
         run_experiment(
             _syn_config("csa", "exact", tmp_path), output_dir=blocker / "sub", progress=False
         )
@@ -313,7 +667,7 @@ def test_config_file_with_unknown_key(tmp_path):
     p = tmp_path / "c.json"
     p.write_text(json.dumps({"method": "csa", "n_suport": 10}))
     with pytest.raises(
-        ValueError, match=r"unknown key\(s\) 'n_suport' \(did you mean 'n_support'\?\)"
+        ConfigError, match=r"unknown key\(s\) 'n_suport' \(did you mean 'n_support'\?\)"
     ):
         ExperimentConfig.from_file(p)
     y = tmp_path / "c.yaml"
@@ -322,15 +676,9 @@ def test_config_file_with_unknown_key(tmp_path):
     assert cfg.method == "asif" and cfg.n_support == 50 and cfg.k_values == (1, 10)
 
 
-def test_config_validation_messages():
-    with pytest.raises(ValueError, match="task must be one of"):
-        ExperimentConfig(task="captioning")
-    with pytest.raises(ValueError, match="directions must be a non-empty subset"):
-        ExperimentConfig(directions=("x2y",))
-    with pytest.raises(ValueError, match=r"n_support must be in \[1, inf\], got 0"):
+def test_n_support_zero_is_refused():
+    with pytest.raises(ConfigError, match=r"n_support must be in \[1, inf\], got 0"):
         ExperimentConfig(n_support=0)
-    with pytest.raises(ValueError, match=r"output template .* uses unknown field 'foo'"):
-        ExperimentConfig().output_name("{foo}.json")
 
 
 # --------------------------------------------------------------------------- query perturbations
@@ -347,14 +695,17 @@ def test_perturbed_queries_degrade_retrieval_and_are_seeded(shapes_setup, tmp_pa
         perturbation_params={"word_dropout": {"rate": 0.8}, "blur": {"sigma": 8.0}},
     )
     res = run_experiment(cfg, progress=False)
-    m = res["metrics"]
+    m = res.metrics
     assert m["t2i[word_dropout]/R@1"] < m["t2i/R@1"]
     assert m["i2t[blur]/HitRate@1"] < m["i2t/HitRate@1"]
-    p = res["perturbations"]["word_dropout"]
-    assert p["direction"] == "t2i" and p["params"] == {"rate": 0.8}
-    assert p["change"]["R@1"] == pytest.approx(m["t2i[word_dropout]/R@1"] - m["t2i/R@1"])
+    # A perturbed ranking searches the same index with as many queries.
+    assert res.rankings["t2i[word_dropout]"].n_queries == res.rankings["t2i"].n_queries
+    assert res.rankings["i2t[blur]"].n_docs == res.rankings["i2t"].n_docs
+    p = res.task.details["perturbations"]
+    assert p["word_dropout"] == {"direction": "t2i", "params": {"rate": 0.8}, "seed": 0}
+    assert p["blur"]["direction"] == "i2t"
     again = run_experiment(cfg, progress=False)
-    assert again["metrics"] == res["metrics"]
+    assert again.metrics == res.metrics
     from imsearch_align.diagnostics.perturbations import PerturbedItems
 
     caps = ["a red circle on the left of a blue square"] * 3
@@ -364,25 +715,36 @@ def test_perturbed_queries_degrade_retrieval_and_are_seeded(shapes_setup, tmp_pa
 
 
 def test_perturbation_config_errors(tmp_path):
-    with pytest.raises(KeyError, match=r"unknown perturbation 'typoo'. Did you mean 'typo'"):
-        ExperimentConfig(perturbations=("typoo",))
-    with pytest.raises(ValueError, match=r"perturbation_params names \['blur'\]"):
+    with pytest.raises(
+        UnknownNameError, match=r"unknown perturbation 'typoo'. Did you mean 'typo'"
+    ):
+        run_experiment(_syn_config("linear", "exact", tmp_path, perturbations=("typoo",)))
+    with pytest.raises(ConfigError, match=r"'perturbation_params' names \['blur'\]"):
         ExperimentConfig(perturbations=("typo",), perturbation_params={"blur": {"sigma": 1}})
-    with pytest.raises(ValueError, match="perturbations apply to the retrieval task"):
+    with pytest.raises(ConfigError, match="perturbations apply to the retrieval task"):
         ExperimentConfig(task="classification", perturbations=("typo",))
+    with pytest.raises(ConfigError, match=r"perturbation 'typo' takes no parameter 'rat'"):
+        run_experiment(
+            _syn_config(
+                "linear",
+                "exact",
+                tmp_path,
+                perturbations=("typo",),
+                perturbation_params={"typo": {"rat": 0.2}},
+            )
+        )
     cfg = _syn_config("linear", "exact", tmp_path, perturbations=("typo",))
-    with pytest.raises(ValueError, match="text embeddings are precomputed; name a text encoder"):
+    with pytest.raises(TaskUnsupportedError, match="text embeddings are precomputed; name a text"):
         run_experiment(cfg, progress=False)
 
 
-@pytest.mark.slow
-def test_acc5_is_reported_whatever_k_values_say(shapes_setup, tmp_path):
-    res = run_experiment(
-        _shapes_config(shapes_setup, "linear", "exact", tmp_path, task="classification").replace(
-            k_values=(1,)
-        ),
-        progress=False,
-    )
-    cls = res["tasks"]["classification"]
-    assert cls["n_classes"] >= 5
-    assert cls["metrics"]["acc1"] <= cls["metrics"]["acc5"] <= 1.0
+@pytest.mark.xfail(
+    strict=True,
+    reason="Retrieval.check does not check that a perturbed modality has an encoder: "
+    "perturbed_queries() raises TaskUnsupportedError inside run(), after the method was fitted",
+)
+def test_perturbation_without_an_encoder_is_refused_before_any_work(tmp_path, monkeypatch):
+    _no_fit(monkeypatch)
+    cfg = _syn_config("linear", "exact", tmp_path, perturbations=("typo",))
+    with pytest.raises(TaskUnsupportedError, match="name a text encoder"):
+        run_experiment(cfg, progress=False)
