@@ -320,6 +320,13 @@ class BaseStore(ABC):
         """`` at <location>`` for error messages (empty for in-memory stores)."""
         return ""
 
+    def _no_sparse_reason(self) -> str:
+        """Why ``sparse=True`` is refused (for the error message)."""
+        return (
+            f"{type(self).__name__}{self._where()} does not support sparse collections; "
+            "use ExactStore or MilvusStore for sparse vectors"
+        )
+
     def _register(self, info: CollectionInfo) -> None:
         """Record a collection (used by ``create_collection`` and by persistent stores on open)."""
         self._collections[info.name] = info
@@ -342,11 +349,7 @@ class BaseStore(ABC):
         if not isinstance(sparse, bool):
             raise TypeError(f"sparse must be a bool, got {type(sparse).__name__} {sparse!r}")
         if sparse and not self.supports_sparse:
-            raise TypeError(
-                f"sparse=True: {type(self).__name__}{self._where()} does not support sparse "
-                "collections (expected sparse=False); use ExactStore or MilvusStore for "
-                "sparse vectors"
-            )
+            raise TypeError(f"sparse=True: {self._no_sparse_reason()} (expected sparse=False)")
         if self._exists(name):
             raise CollectionExistsError(
                 f"name: collection {name!r} already exists{self._where()}; a store never drops "

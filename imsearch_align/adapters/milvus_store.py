@@ -312,7 +312,10 @@ class MilvusStore(BaseStore):
         consistency_level: ``"Strong"`` (default: inserted rows are visible
             to the next search), ``"Bounded"``, ``"Session"``, ``"Eventually"``.
         db_name: Milvus database ("" = default).
-        timeout: per-request timeout in seconds (None = pymilvus default).
+        timeout: per-request timeout in seconds. None (the default) waits
+            as long as a request takes; set it so that a hung server (one
+            that accepts connections but answers nothing) counts as
+            unavailable after ``timeout + retry_budget_s``.
         retry_budget_s: how long one outage may last before the store gives
             up with :class:`MilvusUnavailableError` (a Milvus Lite server
             restarts in 1-3 s; a Milvus 2.3.5 standalone in about 10 s).
@@ -407,8 +410,9 @@ class MilvusStore(BaseStore):
         self._client: Any = None
         self._lite_path: str | None = None
         self._server_version: str | None = None
-        # Guards the client, the catalog cache and the outage state; never
-        # held across a request, so searches from several threads overlap.
+        # Guards the client, the catalog cache and the outage state; held
+        # across connecting only, never across a request, so searches from
+        # several threads overlap.
         self._lock = threading.RLock()
         self._outage_since: float | None = None
         self._gave_up = False
@@ -435,6 +439,12 @@ class MilvusStore(BaseStore):
 
     def _where(self) -> str:
         return f" at {_redact_uri(self.uri)}"
+
+    def _no_sparse_reason(self) -> str:
+        return (
+            f"Milvus {self.server_version()} at {_redact_uri(self.uri)} has no sparse vectors "
+            "(SPARSE_FLOAT_VECTOR needs Milvus >= 2.4 or Milvus Lite)"
+        )
 
     @property
     def supports_sparse(self) -> bool:  # type: ignore[override]

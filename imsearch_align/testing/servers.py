@@ -20,6 +20,7 @@ after a grace period, and delete the data directory they created::
 
 For fault tests the handle drives the process: :meth:`ServerHandle.stop`
 (SIGTERM, a clean shutdown), :meth:`ServerHandle.kill` (SIGKILL, a crash),
+:meth:`ServerHandle.pause` / :meth:`ServerHandle.resume` (SIGSTOP/SIGCONT, a hang),
 :meth:`ServerHandle.start` (the same command on the same data directory and
 port, waiting until the server answers) and :meth:`ServerHandle.restart`.
 Whatever state a test leaves the process in, the context manager stops it.
@@ -163,6 +164,14 @@ class ServerHandle:
             self.process.wait(timeout=10)
         if self.group:
             _wait_group_gone(self.process.pid, 10.0)
+
+    def pause(self) -> None:
+        """Freeze the server (SIGSTOP): it keeps its sockets but answers nothing (a hang)."""
+        _signal(self.process, signal.SIGSTOP, group=self.group)
+
+    def resume(self) -> None:
+        """Unfreeze a paused server (SIGCONT)."""
+        _signal(self.process, signal.SIGCONT, group=self.group)
 
     def start(self, timeout_s: float | None = None) -> float:
         """Start the server again: same command, data directory and port.
@@ -408,7 +417,8 @@ def milvus_lite_server(
             handle.wait_ready()
             yield handle
         finally:
-            # handle.process: a test may have restarted it.
+            # handle.process: a test may have restarted it (or paused it).
+            handle.resume()
             _stop(handle.process, group=False, grace_s=stop_grace_s)
             with contextlib.suppress(OSError):
                 log_path.unlink()
@@ -479,6 +489,7 @@ def milvus_standalone_server(
             handle.wait_ready()
             yield handle
         finally:
+            handle.resume()
             _stop(handle.process, group=True, grace_s=graceful_stop_s + 10)
 
 

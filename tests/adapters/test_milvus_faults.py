@@ -243,6 +243,22 @@ def test_dead_server_raises_once_quickly_in_one_line(
         store.close()
 
 
+def test_hung_server_is_bounded_by_timeout_and_budget(own_lite_server: ServerHandle) -> None:
+    """SIGSTOP: the server keeps its socket but answers nothing; timeout + budget bound the wait."""
+    store, (X, ids, Q) = _filled(own_lite_server.uri, "hung", retry_budget_s=2, timeout=1)
+    try:
+        own_lite_server.pause()
+        t0 = time.monotonic()
+        with pytest.raises(MilvusUnavailableError, match="Deadline Exceeded"):
+            store.search("hung", Q, K)
+        assert time.monotonic() - t0 < 2 + 1 + 3.0  # budget + one request timeout + slack
+        own_lite_server.resume()
+        _assert_true_topk(store.search("hung", Q, K), X, ids, Q, K)
+    finally:
+        own_lite_server.resume()
+        store.close()
+
+
 def test_collection_dropped_by_another_client_is_not_retried(
     milvus_lite_server: ServerHandle,
 ) -> None:
