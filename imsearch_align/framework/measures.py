@@ -127,6 +127,11 @@ class Hits:
         first[br[new]] = bc[new]
         return first
 
+    @cached_property
+    def discounted_gains(self) -> np.ndarray:
+        """``gain / log2(rank + 1)`` of every hit (1-based rank), shared by every nDCG cutoff."""
+        return self.gains / np.log2(self.cols + 2.0)
+
     def count_within(self, k: int) -> np.ndarray:
         """Relevant hits in the top ``k`` per query (float64)."""
         if k not in self._count:
@@ -180,9 +185,7 @@ def _average_precision(h: Hits, k: int) -> np.ndarray:
 def _ndcg(h: Hits, k: int) -> np.ndarray:
     # Graded gains: every positive judgement counts, whatever relevance_level.
     w = h.cols < k
-    dcg = np.bincount(
-        h.rows[w], weights=h.gains[w] / np.log2(h.cols[w] + 2.0), minlength=h.n_queries
-    )
+    dcg = np.bincount(h.rows[w], weights=h.discounted_gains[w], minlength=h.n_queries)
     idcg = h.ideal_dcg(k)
     return np.where(idcg > 0, dcg / np.where(idcg > 0, idcg, 1.0), 0.0)
 
