@@ -24,7 +24,14 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-__all__ = ["ParamDoc", "describe", "describe_markdown", "describe_param_value", "feed_value"]
+__all__ = [
+    "ParamDoc",
+    "describe",
+    "describe_markdown",
+    "describe_param_value",
+    "feed_column",
+    "feed_value",
+]
 
 
 # ----------------------------------------------------------------------------- content digests
@@ -74,6 +81,25 @@ def feed_value(h: Any, v: Any) -> None:
         raise TypeError(f"cannot digest a value of type {type(v).__name__}: {v!r:.80}")
 
 
+def feed_column(h: Any, values: Any) -> None:
+    """Feed every value of a column into ``h``.
+
+    A column of plain strings (captions, paths) is fed as its length, the
+    character count of every string and their concatenation (unambiguous,
+    and C-speed: about 0.1 s per million captions); any other column value
+    by value with :func:`feed_value`.
+    """
+    vals = values.tolist() if hasattr(values, "tolist") else list(values)
+    if set(map(type, vals)) <= {str}:
+        h.update(b"S%d;" % len(vals))
+        h.update(np.fromiter(map(len, vals), np.int64, len(vals)).tobytes())
+        h.update("".join(vals).encode("utf-8", "surrogatepass"))
+    else:
+        h.update(b"L%d;" % len(vals))
+        for v in vals:
+            feed_value(h, v)
+
+
 def _frame_digest(df: Any, h: Any) -> None:
     h.update(f"frame{df.shape};".encode())
     for col in df.columns:
@@ -85,8 +111,7 @@ def _frame_digest(df: Any, h: Any) -> None:
             h.update(f"{s.dtype.str};".encode())
             h.update(np.ascontiguousarray(s.to_numpy()).tobytes())
         else:
-            for v in s:
-                feed_value(h, v)
+            feed_column(h, s)
 
 
 def _hf_dataset_digest(ds: Any, h: Any) -> None:

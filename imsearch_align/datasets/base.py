@@ -358,40 +358,43 @@ class PairedDataset:
         differ in any covered value have different fingerprints.
         """
         if self._fingerprint is None:
-            from imsearch_align.datasets._describe import feed_value
+            from imsearch_align.datasets._describe import feed_column, feed_value
 
             h = hashlib.sha256(b"PairedDataset/1;")
             img = self.images.sort_values("image_id", kind="stable")
             txt = self.texts.sort_values("text_id", kind="stable")
-            root = os.path.abspath(self.root) if self.root else None
-
-            def rel(p: Any) -> Any:
-                if not isinstance(p, str) or root is None:
-                    return p
-                ap = os.path.abspath(p)
-                return os.path.relpath(ap, root) if ap.startswith(root + os.sep) else ap
-
-            cols: list[tuple[str, pd.Series]] = [
+            cols: list[tuple[str, Any]] = [
                 (f"images.{c}", img[c]) for c in ("image_id", "split", "label") if c in img
             ]
             if "label_set" in img:
                 cols.append(("images.label_set", img["label_set"]))
             if "path" in img:
-                cols.append(("images.path", img["path"].map(rel)))
+                cols.append(("images.path", self._relative_paths(img["path"])))
             if "bytes" in img:
                 cols.append(("images.bytes", img["bytes"]))
             cols += [(f"texts.{c}", txt[c]) for c in ("text_id", "image_id", "caption")]
             for cname, col in cols:
                 h.update(f"{cname}:{len(col)};".encode())
-                if col.dtype.kind in "iu":
+                if isinstance(col, pd.Series) and col.dtype.kind in "iu":
                     h.update(np.ascontiguousarray(col.to_numpy(np.int64)).tobytes())
                 else:
-                    for v in col:
-                        feed_value(h, v)
+                    feed_column(h, col)
             feed_value(h, list(self.class_names) if self.class_names is not None else None)
             feed_value(h, list(self.templates) if self.templates is not None else None)
             object.__setattr__(self, "_fingerprint", h.hexdigest())
         return str(self._fingerprint)
+
+    def _relative_paths(self, paths: pd.Series) -> list[Any]:
+        """Paths under :attr:`root` made relative to it (others unchanged)."""
+        vals = paths.tolist()
+        if not self.root:
+            return vals
+        for prefix in dict.fromkeys(
+            (os.path.abspath(self.root) + os.sep, self.root.rstrip(os.sep) + os.sep)
+        ):
+            n = len(prefix)
+            vals = [p[n:] if isinstance(p, str) and p.startswith(prefix) else p for p in vals]
+        return vals
 
     def uncaptioned_image_ids(self, split: str | None = TEST_SPLIT) -> np.ndarray:
         """Image ids of ``split`` that have no caption (never an i2t query; t2i distractors)."""
