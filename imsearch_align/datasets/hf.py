@@ -263,6 +263,168 @@ def _load_hub(name: str, wanted: dict[str, str] | None) -> Any:
         ) from exc
 
 
+class _Source:
+    """What ``data`` turned out to be: its parts (split name or None, table), where it
+    came from (for relative image paths), how to name it in messages, the dataset name."""
+
+    def __init__(
+        self, parts: list[tuple[str | None, Any]], folder: Path | None, what: str, name: str
+    ) -> None:
+        self.parts, self.folder, self.what, self.name = parts, folder, what, name
+
+
+def _resolve(data: Any, wanted: dict[str, str] | None, name: str | None) -> _Source:
+    """Load ``data`` (path, Hub name, or in-memory) into split parts."""
+    folder: Path | None = None
+    what = "the dataset"
+    if isinstance(data, os.PathLike):
+        data = os.fspath(data)
+    if isinstance(data, str):
+        if not data.strip():
+            raise ValueError("hf: data is an empty string; pass a path, a Hub name or a table")
+        p = Path(data).expanduser()
+        if p.exists() or _looks_like_path(data):
+            data, folder = _load_path(data)
+            what, ds_name = repr(str(p)), name or f"hf-{p.stem or p.name}"
+        else:
+            what, ds_name = f"Hub dataset {data!r}", name or data.replace("/", "__")
+            data = _load_hub(data, wanted)
+    else:
+        ds_name = name or "hf"
+    one_table = (
+        f"hf: {what} is one table with no splits of its own; drop splits=, or use "
+        "split_column= / test_fraction="
+    )
+    if not isinstance(data, pd.DataFrame) and isinstance(data, _hfd().DatasetDict):
+        if (
+            folder is not None
+            and list(data.keys()) == ["train"]
+            and not (folder / "dataset_dict.json").is_file()
+        ):
+            # data_files / folder inference: one table that datasets calls "train".
+            if wanted is not None:
+                raise ValueError(one_table)
+            return _Source([(None, data["train"])], folder, what, ds_name)
+        return _Source(list(_pick_splits(data, wanted, what)), folder, what, ds_name)
+    if wanted is not None:
+        raise ValueError(one_table)
+    return _Source([(None, data)], folder, what, ds_name)
+
+
+def _use_own_splits(
+    src: _Source, own: list[str | None], wanted: Any, n_rows: int, ratio: str
+) -> bool:
+    """Whether rows keep their dataset split; warns when a split dataset is re-split."""
+    # Splits the user chose are used as named; otherwise the dataset's own only when it
+    # has both a support and a test split (else one pool, re-split by ratio).
+    if (wanted is not None and all(own)) or {"train", "test"} <= {s for s in own if s}:
+        return True
+    bad = [s for s in own if s is not None and s not in SPLITS]
+    if bad:
+        raise ValueError(
+            f"hf: {src.what} has split(s) {bad} that are not train/val/test; choose with "
+            "splits= (e.g. splits={'" + bad[0] + "': 'test'})"
+        )
+    if any(s is not None for s in own):
+        warnings.warn(
+            f"hf: {src.what} has split(s) {[s for s in own if s]} but not both train and test; "
+            f"all {n_rows} rows get a seeded ratio split ({ratio})",
+            UserWarning,
+            stacklevel=3,
+        )
+    return False
+
+
+def _check_columns(df: pd.DataFrame, needed: list[str], what: str) -> None:
+    missing = [c for c in needed if c not in df.columns]
+    if missing:
+        names = [str(c) for c in df.columns]
+        close = {m: difflib.get_close_matches(m, names, n=1, cutoff=0.6) for m in missing}
+        hint = "".join(f"; did you mean {v[0]!r} for {k!r}?" for k, v in close.items() if v)
+        raise ValueError(
+            f"from_hf: missing column(s) {missing} in {what}; got columns {list(df.columns)}{hint}"
+        )
+
+
+def _image_rows(
+    column: pd.Series,
+    name: str,
+    folder: Path | None,
+    where: Any,
+    *,
+    verify: bool,
+    skip: bool,
+    skips: Skips,
+) -> tuple[list[tuple[bytes | None, str | None]], np.ndarray]:
+    """``(bytes, path)`` per row and the mask of rows kept (bad images raise or are skipped)."""
+    cells: list[tuple[bytes | None, str | None]] = []
+    bad_rows: list[tuple[int, str, str]] = []
+    for i, v in enumerate(column):
+        try:
+            b, p = _image_cell(v)
+        except TypeError as exc:
+            raise TypeError(f"image column {name!r} row {i}{where(i)} {exc}") from None
+        if p is not None and folder is not None and not os.path.isabs(p):
+            p = str(folder / p) if (folder / p).exists() else p
+        cells.append((b, p))
+        if b is None and p is None:
+            bad_rows.append((i, "missing_image", "has no image"))
+        elif p is not None and not os.path.isfile(p):
+            bad_rows.append((i, "missing_image", f"names image file {p!r}, which does not exist"))
+        elif verify or skip:
+            err = readable(b if b is not None else p)
+            if err is not None:
+                bad_rows.append((i, "unreadable_image", f"holds an unreadable image ({err})"))
+    keep = np.ones(len(cells), bool)
+    if bad_rows:
+        i, _, why = bad_rows[0]
+        if not skip:
+            more = f" (and {len(bad_rows) - 1} more)" if len(bad_rows) > 1 else ""
+            raise ValueError(
+                f"from_hf: image column {name!r} row {i}{where(i)} {why}{more}; pass "
+                "skip_bad_images=True to skip such rows (counted)"
+            )
+        keep[[i for i, _, _ in bad_rows]] = False
+        for reason in ("missing_image", "unreadable_image"):
+            rows = [i for i, r, _ in bad_rows if r == reason]
+            if rows:
+                skips.add(reason, len(rows), f"row {rows[0]}{where(rows[0])}")
+    return cells, keep
+
+
+def _caption_rows(
+    df: pd.DataFrame,
+    cols: list[str],
+    keep: np.ndarray,
+    what: str,
+    where: Any,
+    *,
+    skip: bool,
+    skips: Skips,
+) -> pd.DataFrame:
+    """The texts table: every caption of every kept row, in row, column, list order."""
+    t_img, t_cap = [], []
+    for i in np.flatnonzero(keep):
+        for c in cols:
+            v = df[c].iat[i]
+            if isinstance(v, np.ndarray):
+                v = v.tolist()
+            is_list = isinstance(v, list | tuple)
+            for k, cap in enumerate(v if is_list else [v]):
+                loc = f"{what} row {i}{where(i)} column {c!r}" + (f" item {k}" if is_list else "")
+                cap = skips.caption(cap, loc, skip=skip)
+                if cap is not None:
+                    t_img.append(int(i))
+                    t_cap.append(cap)
+    return pd.DataFrame(
+        {
+            "text_id": np.arange(len(t_cap), dtype=np.int64),
+            "image_id": np.asarray(t_img, np.int64),
+            "caption": t_cap,
+        }
+    )
+
+
 @DATASETS.register("hf")
 def from_hf(
     data: Any,
@@ -309,135 +471,36 @@ def from_hf(
         name: dataset name (embedding cache key part); default the Hub name,
             ``hf-<file or folder name>`` for a path, else ``"hf"``.
     """
-    hfd = None
-    source: Path | None = None
-    what = "the dataset"
     wanted = _own_split_names(splits)
-    if isinstance(data, os.PathLike):
-        data = os.fspath(data)
-    if isinstance(data, str):
-        if not data.strip():
-            raise ValueError("hf: data is an empty string; pass a path, a Hub name or a table")
-        p = Path(data).expanduser()
-        if p.exists() or _looks_like_path(data):
-            data, source = _load_path(data)
-            what = repr(str(p))
-            ds_name = name or f"hf-{p.stem or p.name}"
-        else:
-            what = f"Hub dataset {data!r}"
-            ds_name = name or data.replace("/", "__")
-            data = _load_hub(data, wanted)
-    else:
-        ds_name = name or "hf"
-    parts: list[tuple[str | None, Any]]
-    if not isinstance(data, pd.DataFrame):
-        hfd = _hfd()
-    if hfd is not None and isinstance(data, hfd.DatasetDict):
-        if (
-            source is not None
-            and list(data.keys()) == ["train"]
-            and not (source / "dataset_dict.json").is_file()
-        ):
-            # data_files / folder inference: one table that datasets calls "train".
-            parts = [(None, data["train"])]
-            if wanted is not None:
-                raise ValueError(
-                    f"hf: {what} is one table with no splits of its own; drop splits=, or use "
-                    "split_column= / test_fraction="
-                )
-        else:
-            parts = list(_pick_splits(data, wanted, what))
-    else:
-        if wanted is not None:
-            raise ValueError(
-                f"hf: {what} is one table with no splits of its own; drop splits=, or use "
-                "split_column= / test_fraction="
-            )
-        parts = [(None, data)]
-    frames = [(sp, _to_frame(d, image_column)) for sp, d in parts]
+    src = _resolve(data, wanted, name)
+    frames = [(sp, _to_frame(d, image_column)) for sp, d in src.parts]
     own = [sp for sp, _ in frames]
-    # Splits the user chose are used as named; otherwise the dataset's own only when it
-    # has both a support and a test split (else one pool, re-split by ratio).
-    use_own = split_column is None and (
-        (wanted is not None and all(own)) or {"train", "test"} <= {s for s in own if s}
-    )
-    if split_column is None and not use_own:
-        bad = [s for s in own if s is not None and s not in SPLITS]
-        if bad and wanted is None:
-            raise ValueError(
-                f"hf: {what} has split(s) {bad} that are not train/val/test; choose with splits= "
-                "(e.g. splits={'" + bad[0] + "': 'test'})"
-            )
-        if any(s is not None for s in own):
-            warnings.warn(
-                f"hf: {what} has split(s) {[s for s in own if s]} but not both train and test; "
-                f"all {sum(len(f) for _, f in frames)} rows get a seeded ratio split "
-                f"(test_fraction={test_fraction}, seed={seed})",
-                UserWarning,
-                stacklevel=2,
-            )
     df = pd.concat([f for _, f in frames], ignore_index=True) if len(frames) > 1 else frames[0][1]
-    own_split = np.concatenate([np.full(len(f), sp or "", dtype=object) for sp, f in frames])
     df = df.reset_index(drop=True)
+    use_own = split_column is None and _use_own_splits(
+        src, own, wanted, len(df), f"test_fraction={test_fraction}, seed={seed}"
+    )
+    own_split = np.concatenate([np.full(len(f), sp or "", dtype=object) for sp, f in frames])
     cols = (
         [c.strip() for c in caption_columns.split(",") if c.strip()]
         if isinstance(caption_columns, str)
         else list(caption_columns)
     )
-    missing = [
-        c
-        for c in [image_column, *cols, *([split_column] if split_column else [])]
-        if c not in df.columns
-    ]
-    if missing:
-        close = {
-            m: difflib.get_close_matches(m, [str(c) for c in df.columns], n=1, cutoff=0.6)
-            for m in missing
-        }
-        hint = "".join(f"; did you mean {v[0]!r} for {k!r}?" for k, v in close.items() if v)
-        raise ValueError(
-            f"from_hf: missing column(s) {missing} in {what}; got columns {list(df.columns)}{hint}"
-        )
-    skips = Skips(ds_name)
-    where_split = (lambda i: f" ({own_split[i]} split)") if len(frames) > 1 else (lambda i: "")
-    cells: list[tuple[bytes | None, str | None]] = []
-    for i, v in enumerate(df[image_column]):
-        try:
-            b, p = _image_cell(v)
-        except TypeError as exc:
-            raise TypeError(
-                f"image column {image_column!r} row {i}{where_split(i)} {exc}"
-            ) from None
-        if p is not None and source is not None and not os.path.isabs(p):
-            cand = source / p
-            p = str(cand) if cand.exists() else p
-        cells.append((b, p))
-    keep = np.ones(len(df), bool)
-    bad_rows: list[tuple[int, str, str]] = []
-    for i, (b, p) in enumerate(cells):
-        if b is None and p is None:
-            bad_rows.append((i, "missing_image", "has no image"))
-        elif p is not None and not os.path.isfile(p):
-            bad_rows.append((i, "missing_image", f"names image file {p!r}, which does not exist"))
-        elif verify_images or skip_bad_images:
-            err = readable(b if b is not None else p)
-            if err is not None:
-                bad_rows.append((i, "unreadable_image", f"holds an unreadable image ({err})"))
-    if bad_rows:
-        i, _, why = bad_rows[0]
-        where = f"image column {image_column!r} row {i}{where_split(i)}"
-        if not skip_bad_images:
-            more = f" (and {len(bad_rows) - 1} more)" if len(bad_rows) > 1 else ""
-            raise ValueError(
-                f"from_hf: {where} {why}{more}; pass skip_bad_images=True to skip such rows "
-                "(counted)"
-            )
-        keep[[i for i, _, _ in bad_rows]] = False
-        for r in ("missing_image", "unreadable_image"):
-            n = sum(1 for _, rr, _ in bad_rows if rr == r)
-            first = next((i for i, rr, _ in bad_rows if rr == r), None)
-            if n:
-                skips.add(r, n, f"row {first}{where_split(first)}")
+    _check_columns(df, [image_column, *cols, *([split_column] if split_column else [])], src.what)
+    skips = Skips(src.name)
+
+    def where(i: int) -> str:
+        return f" ({own_split[i]} split)" if len(frames) > 1 else ""
+
+    cells, keep = _image_rows(
+        df[image_column],
+        image_column,
+        src.folder,
+        where,
+        verify=verify_images,
+        skip=skip_bad_images,
+        skips=skips,
+    )
     images = pd.DataFrame(
         {
             "image_id": np.arange(len(df), dtype=np.int64),
@@ -463,33 +526,12 @@ def from_hf(
         images = images.drop(columns=["path"])
     elif images["bytes"].isna().all():
         images = images.drop(columns=["bytes"])
-    t_img, t_cap = [], []
-    for i in np.flatnonzero(keep):
-        for c in cols:
-            v = df[c].iat[i]
-            if isinstance(v, np.ndarray):
-                v = v.tolist()
-            caps = v if isinstance(v, list | tuple) else [v]
-            for k, cap in enumerate(caps):
-                where = f"{what} row {i}{where_split(i)} column {c!r}" + (
-                    f" item {k}" if isinstance(v, list | tuple) else ""
-                )
-                cap = skips.caption(cap, where, skip=skip_bad_captions)
-                if cap is not None:
-                    t_img.append(int(i))
-                    t_cap.append(cap)
-    texts = pd.DataFrame(
-        {
-            "text_id": np.arange(len(t_cap), dtype=np.int64),
-            "image_id": np.asarray(t_img, np.int64),
-            "caption": t_cap,
-        }
-    )
+    texts = _caption_rows(df, cols, keep, src.what, where, skip=skip_bad_captions, skips=skips)
     ds = PairedDataset(
-        name=ds_name,
+        name=src.name,
         images=images,
         texts=texts,
-        root=str(source) if source is not None else None,
+        root=str(src.folder) if src.folder is not None else None,
         skipped=skips.as_dict(),
     )
     skips.warn()
