@@ -114,6 +114,9 @@ def _is_unreachable(exc: BaseException) -> bool:
 def _looks_like_path(s: str) -> bool:
     if s.startswith((".", "/", "~")) or os.sep in s.strip("/").replace("/", "", 1):
         return True
+    parent = os.path.dirname(s)
+    if parent and os.path.isdir(parent):  # "data/pairs" next to a local data/ folder
+        return True
     if any(ch in s for ch in "*?["):
         return True
     return os.path.splitext(s)[1].lower() in _BUILDER_FOR
@@ -253,6 +256,7 @@ def _load_hub(name: str, wanted: dict[str, str] | None) -> Any:
         if _is_unreachable(exc):
             raise HubUnreachableError(
                 f"could not load Hugging Face dataset {name!r} ({type(exc).__name__}: {msg}). "
+                f"No local file or folder {name!r} exists either. "
                 "The Hub is unreachable or offline (HF_HUB_OFFLINE=1?): save it once with "
                 "save_to_disk and pass that folder, pass a .parquet file, the Dataset or a "
                 "DataFrame, use a local loader with root=..., or precomputed embeddings "

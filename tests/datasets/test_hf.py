@@ -127,7 +127,9 @@ def test_csv_file_with_paths_relative_to_it(tmp_path: Path, hf_cache) -> None:
     assert ds.images["path"].tolist() == [str(tmp_path / "img" / f"{i}.png") for i in range(3)]
 
 
-def test_mistyped_path_and_wrong_column_name_the_real_cause(tmp_path: Path, published) -> None:
+def test_mistyped_path_and_wrong_column_name_the_real_cause(
+    tmp_path: Path, published, monkeypatch: pytest.MonkeyPatch
+) -> None:
     published.hf_table(2).save_to_disk(str(tmp_path / "flickr_small"))
     with pytest.raises(
         FileNotFoundError, match=r"neither an existing file.*did you mean '.*flickr_small'"
@@ -135,6 +137,10 @@ def test_mistyped_path_and_wrong_column_name_the_real_cause(tmp_path: Path, publ
         from_hf(str(tmp_path / "flickr_smal"))
     with pytest.raises(FileNotFoundError, match="does not exist"):
         from_hf("./no/such/dir/data.parquet")
+    # One slash like a Hub name, but its folder is local: a path, with a suggestion.
+    monkeypatch.chdir(tmp_path.parent)
+    with pytest.raises(FileNotFoundError, match=r"did you mean .*flickr_small"):
+        from_hf(f"{tmp_path.name}/flickr_smal")
     with pytest.raises(
         ValueError, match=r"missing column\(s\) \['captions'\].*did you mean 'caption'"
     ):
