@@ -335,6 +335,21 @@ def test_eval_config_file_and_flag_override(tmp_path):
 # ----------------------------------------------------------------------------- exit statuses
 
 
+def test_failed_run_exits_1_and_writes_its_failed_result(tmp_path):
+    # sim_dim=64 > d_text=20: fitting fails after the data was loaded.
+    p = cli("eval", *SYN, "--method", "csa", "--method-param", "sim_dim=64", "--store", "faiss",
+            "--n-support", "60", "--output-dir", str(tmp_path))  # fmt: skip
+    assert p.returncode == 1, (p.stdout, p.stderr)
+    assert "STATUS FAILED" in p.stdout and "sim_dim" in p.stdout
+    path = tmp_path / "synthetic_csa_faiss_60.json"
+    assert (
+        "error: retrieval run failed" in p.stderr and f"result: {path} (status failed)" in p.stderr
+    )
+    assert "Traceback" not in p.stderr
+    r = ExperimentResult.load(path)
+    assert r.status.state == "failed" and "sim_dim" in r.status.error and r.metrics == {}
+
+
 def test_degraded_run_exits_3_unless_failures_are_allowed(tmp_path):
     env = _plugin_env(tmp_path)
     args = [*EVAL[:-4], "--store", "flaky-faiss", "--n-support", "100", "--directions", "t2i",
