@@ -14,10 +14,23 @@ both sides are normalised (upstream normalises only text rows, which changes
 text-to-image rankings), and negative cosines are clipped to 0 before the power
 (with an even ``p`` upstream would turn a strong *dis*-similarity into a
 strong similarity; the top-k of a realistic anchor set is positive anyway).
+
+Transform (streamed, bounded memory): rows go in blocks of :func:`plan_rows`
+rows; each block is one float32 BLAS product against the anchors (BLAS
+threads), then every row's top-k is selected by numba kernels on a thread
+pool (``_asif_kernels``: sampled threshold, one collecting pass, quickselect).
+The selection is exact for float64 cosines: anchors within twice the float32
+rounding bound of the k-th value are re-decided in float64, so the chosen
+anchors never depend on the BLAS, the block size or the CPU. The weights are
+computed from the float32 cosines (relative error below about
+``2 * p * d * 2**-24``). Output: float32 CSR with int32 indices (8 bytes per
+non-zero), columns ascending in each row.
 """
 
 from __future__ import annotations
 
+import os
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import numpy as np
@@ -27,82 +40,48 @@ from imsearch_align.framework.registry import METHODS
 from imsearch_align.framework.validation import check_int
 from imsearch_align.methods.base import AlignmentBase, l2_normalize
 
-__all__ = ["ASIF", "plan_chunks"]
+__all__ = ["ASIF", "plan_rows"]
 
-#: Working bytes per (query, column) entry of one step: the float32 similarity
-#: block, the float32 merged values, argpartition's int64 positions, masks.
-_BYTES_PER_ENTRY = 24
-#: Every similarity is computed by a GEMM of exactly this shape (queries x
-#: anchors), padding the last tiles. BLAS picks kernels and summation orders by
-#: shape, so fixed tiles make the float32 cosines (and hence the output)
-#: bit-identical whatever the memory budget; the budget only decides how many
-#: tiles one step groups.
-TILE_ROWS, TILE_COLS = 128, 1024
-
-
-def _ceil_to(x: int, step: int) -> int:
-    return -(-x // step) * step
+#: Working bytes per (query, anchor) entry of one block: the float32 cosine.
+_BYTES_PER_ENTRY = 4
+#: Scratch of one selection worker per anchor (``_asif_kernels.select_rows``):
+#: two float32 buffers, two int64 index buffers, a float64 buffer, a flag.
+_WORKER_BYTES_PER_ANCHOR = 33
+#: At most this many query rows per BLAS product: larger blocks run no faster
+#: and only hold more memory.
+_MAX_ROWS = 2048
+_U32 = 2.0**-24  # float32 unit roundoff
 
 
-def plan_chunks(n_queries: int, n_anchors: int, k: int, max_memory_gb: float) -> tuple[int, int]:
-    """``(query_rows, anchor_block)`` per step so one step fits ``max_memory_gb``.
+def _kernels() -> Any:
+    try:
+        from imsearch_align.methods import _asif_kernels
+    except ImportError as exc:  # numba missing or broken
+        raise ImportError(
+            f"the ASIF transform needs numba: pip install 'numba>=0.59' (import failed: {exc})"
+        ) from exc
+    return _asif_kernels
 
-    One step holds a ``rows x (k + block)`` working set of about
-    ``_BYTES_PER_ENTRY`` bytes per entry; ``rows`` is a multiple of
-    ``TILE_ROWS`` and ``block`` of ``TILE_COLS``. The budget is a target: the
-    smallest step (one tile of each) is used even when it exceeds a tiny budget.
+
+def _workers() -> int:
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # not on Linux
+        return max(1, os.cpu_count() or 1)
+
+
+def plan_rows(n_queries: int, n_anchors: int, k: int, max_memory_gb: float) -> int:
+    """Query rows per block so that one block's working memory fits ``max_memory_gb``.
+
+    A block holds ``rows x n_anchors`` float32 cosines plus each selection
+    worker's scratch (``33 x n_anchors`` bytes) and the block's output
+    (``rows x k`` index/value pairs). The budget is a target: one row is
+    used even when it does not fit; the result never depends on it.
     """
-    budget = max_memory_gb * 1024**3
-    max_rows = _ceil_to(max(n_queries, 1), TILE_ROWS)
-    max_block = _ceil_to(max(n_anchors, 1), TILE_COLS)
-    rows_wanted = min(max_rows, 2 * TILE_ROWS)
-    block = int(budget // (_BYTES_PER_ENTRY * rows_wanted)) - k
-    block = max(TILE_COLS, min(max_block, block // TILE_COLS * TILE_COLS))
-    rows = int(budget // (_BYTES_PER_ENTRY * (k + block)))
-    rows = max(TILE_ROWS, min(max_rows, rows // TILE_ROWS * TILE_ROWS))
-    return rows, block
-
-
-def _tiled_cosines(q: np.ndarray, anchors: np.ndarray, c0: int, c1: int) -> np.ndarray:
-    """``q @ anchors[c0:c1].T`` computed tile by tile with fixed GEMM shapes.
-
-    ``q`` has a multiple of ``TILE_ROWS`` rows; ``c0`` is a multiple of
-    ``TILE_COLS``. Columns past the last anchor are dropped.
-    """
-    out = np.empty((q.shape[0], c1 - c0), dtype=np.float32)
-    tile = np.empty((TILE_ROWS, TILE_COLS), dtype=np.float32)
-    for t0 in range(c0, c1, TILE_COLS):
-        At = anchors[t0 : t0 + TILE_COLS]
-        w = min(TILE_COLS, c1 - t0)
-        if len(At) < TILE_COLS:  # pad the last anchor tile with zero rows
-            At = np.vstack([At, np.zeros((TILE_COLS - len(At), At.shape[1]), At.dtype)])
-        AtT = At.T
-        for r0 in range(0, q.shape[0], TILE_ROWS):
-            np.matmul(q[r0 : r0 + TILE_ROWS], AtT, out=tile)
-            out[r0 : r0 + TILE_ROWS, t0 - c0 : t0 - c0 + w] = tile[:, :w]
-    return out
-
-
-def _topk_rows(vals: np.ndarray, ids: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
-    """Per row, the ``k`` largest ``vals`` with ties broken by ascending ``ids``.
-
-    ``ids`` has the shape of ``vals``. Returns ``(values, ids)`` of shape ``(rows, k)``. ``argpartition`` is
-    O(columns) but picks tied entries arbitrarily, so rows where the k-th value
-    is tied across the cut are redone with an exact (value, id) sort.
-    """
-    if vals.shape[1] == k:
-        return vals, np.array(ids, dtype=np.int64)
-    part = np.argpartition(-vals, k - 1, axis=1)[:, :k]
-    sel = np.take_along_axis(vals, part, axis=1)
-    kth = sel.min(axis=1)
-    n_tied_all = np.count_nonzero(vals == kth[:, None], axis=1)
-    n_tied_sel = np.count_nonzero(sel == kth[:, None], axis=1)
-    sel_ids = np.take_along_axis(ids, part, axis=1).astype(np.int64, copy=False)
-    for i in np.flatnonzero(n_tied_all > n_tied_sel):
-        order = np.lexsort((ids[i], -vals[i]))[:k]
-        sel[i] = vals[i, order]
-        sel_ids[i] = ids[i, order]
-    return sel, sel_ids
+    budget = max_memory_gb * 1024**3 - _workers() * _WORKER_BYTES_PER_ANCHOR * n_anchors
+    per_row = _BYTES_PER_ENTRY * n_anchors + 8 * k
+    rows = int(budget // per_row) if budget > 0 else 1
+    return max(1, min(rows, _MAX_ROWS, max(n_queries, 1)))
 
 
 @METHODS.register("asif")
@@ -118,10 +97,11 @@ class ASIF(AlignmentBase):
     Args:
         non_zeros: anchors kept per item, in ``[1, M]`` (M = support pairs).
         exponent: power ``p > 0`` applied to the kept (clipped) cosines.
-        max_memory_gb: working-memory budget of a transform; queries and
-            anchor blocks are processed in chunks with a running top-k merge so
-            no step materialises more (the stored anchors are not counted).
-        progress: show a tqdm bar over query chunks when there are several.
+        max_memory_gb: working-memory budget of a transform: rows are
+            transformed in blocks of :func:`plan_rows` rows (at most 2,048), so
+            no block of cosines is larger (the stored anchors, the input and
+            the output are not counted; the output never depends on it).
+        progress: show a tqdm bar over blocks when there are several.
 
     Attributes:
         anchors_image_, anchors_text_: ``(M, d)`` float32 normalised anchors.
@@ -164,52 +144,90 @@ class ASIF(AlignmentBase):
         return int(self.anchors_image_.shape[0])
 
     # ------------------------------------------------------------ transform
-    def _relative_topk(self, V: np.ndarray, anchors: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Chunked top-k cosines ``(n, k)`` float32 and anchor ids ``(n, k)`` int64 (unordered)."""
+    def _run_blocks(
+        self, V: np.ndarray, anchors: np.ndarray, weights: bool
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Blocked transform: ``(idx (n, k) int32, val (n, k), count (n,))`` per row.
+
+        Each block is one BLAS product of float32 unit rows against the
+        anchors (multi-threaded by the BLAS), then the exact top-k selection
+        of its rows in a thread pool of numba kernels (``_asif_kernels``).
+        ``weights`` selects the output: ASIF weights (float32, by anchor)
+        or float64 cosines (by cosine descending).
+        """
         from tqdm.auto import tqdm
 
+        kern = _kernels()
         n, m, k = V.shape[0], anchors.shape[0], int(self.non_zeros)
-        Q = l2_normalize(V).astype(np.float32)
-        # Zero rows pad the queries to whole tiles; their results are dropped.
-        Q = np.vstack([Q, np.zeros((_ceil_to(n, TILE_ROWS) - n, Q.shape[1]), np.float32)])
-        rows, block = plan_chunks(n, m, k, float(self.max_memory_gb))
-        first = min(m, max(block, _ceil_to(k, TILE_COLS)))  # the first block holds >= k anchors
+        d = anchors.shape[1]
+        rows = plan_rows(n, m, k, float(self.max_memory_gb))
+        # Twice the worst-case error of a float32 dot product of (near-)unit
+        # vectors, plus room for the float64 recomputation: candidates within
+        # it of the k-th float32 cosine are rescored exactly (kernel docstring).
+        a_max = float(np.sqrt(np.max(np.einsum("ij,ij->i", anchors, anchors, dtype=np.float64))))
+        gamma = d * _U32 / (1 - d * _U32)
+        margin = 2.0 * gamma * 1.0001 * max(a_max, 1.0) + 1e-12
+        out_idx = np.zeros((n, k), dtype=np.int32)
+        out_val = np.zeros((n, k), dtype=np.float32 if weights else np.float64)
+        out_n = np.zeros(n, dtype=np.int64)
+        workers = _workers()
+        cos = np.empty((rows, m), dtype=np.float32)
+        anchors_t = anchors.T
         starts = range(0, n, rows)
-        out_vals = np.empty((n, k), dtype=np.float32)
-        out_ids = np.empty((n, k), dtype=np.int64)
-        for r0 in tqdm(
-            starts,
-            desc="ASIF transform",
-            unit="chunk",
-            disable=not self.progress or len(starts) < 2,
-        ):
-            q = Q[r0 : r0 + rows]
-            blk = _tiled_cosines(q, anchors, 0, first)
-            vals, ids = _topk_rows(blk, np.broadcast_to(np.arange(first), blk.shape), k)
-            for b0 in range(first, m, block):
-                blk = _tiled_cosines(q, anchors, b0, min(m, b0 + block))
-                # Earlier candidates have lower anchor ids than this block, so
-                # the concatenation stays in id order for the tie rule.
-                merged_ids = np.concatenate(
-                    [ids, np.broadcast_to(np.arange(b0, b0 + blk.shape[1]), blk.shape)], axis=1
-                )
-                vals, ids = _topk_rows(np.concatenate([vals, blk], axis=1), merged_ids, k)
-            take = min(rows, n - r0)
-            out_vals[r0 : r0 + take] = vals[:take]
-            out_ids[r0 : r0 + take] = ids[:take]
-        return out_vals, out_ids
+        with ThreadPoolExecutor(max_workers=workers) as pool:
+            for r0 in tqdm(
+                starts,
+                desc="ASIF transform",
+                unit="block",
+                disable=not self.progress or len(starts) < 2,
+            ):
+                r1 = min(n, r0 + rows)
+                # float64 normalisation of this block only, then float32 for BLAS
+                q = l2_normalize(np.asarray(V[r0:r1], dtype=np.float64)).astype(np.float32)
+                c = cos[: r1 - r0]
+                np.matmul(q, anchors_t, out=c)
+                step = -(-(r1 - r0) // workers)
+                tallies = np.zeros((workers, 1), dtype=np.int64)
+
+                def run(w: int, q=q, c=c, r0=r0, r1=r1, step=step, tallies=tallies) -> None:
+                    a, b = w * step, min(r1 - r0, (w + 1) * step)
+                    if a < b:
+                        kern.select_rows(
+                            c,
+                            q,
+                            anchors,
+                            a,
+                            b,
+                            k,
+                            margin,
+                            float(self.exponent),
+                            weights,
+                            out_idx[r0:r1],
+                            out_val[r0:r1],
+                            out_n[r0:r1],
+                            tallies[w],
+                        )
+
+                list(pool.map(run, range(workers)))
+        return out_idx, out_val, out_n
 
     def _relative(self, V: np.ndarray, anchors: np.ndarray) -> sp.csr_matrix:
-        out_vals, out_ids = self._relative_topk(V, anchors)
         n, m, k = V.shape[0], anchors.shape[0], int(self.non_zeros)
-        order = np.argsort(out_ids, axis=1)
-        out_ids = np.take_along_axis(out_ids, order, axis=1)
-        out_vals = np.take_along_axis(out_vals, order, axis=1)
-        w = np.maximum(out_vals.astype(np.float64), 0.0) ** float(self.exponent)
-        w = l2_normalize(w).astype(np.float32)
-        mat = sp.csr_matrix((w.ravel(), out_ids.ravel(), np.arange(0, n * k + 1, k)), shape=(n, m))
-        mat.eliminate_zeros()  # clipped negatives carry no information
-        return mat
+        idx, val, cnt = self._run_blocks(V, anchors, weights=True)
+        indptr = np.zeros(n + 1, dtype=np.int64)
+        np.cumsum(cnt, out=indptr[1:])
+        if indptr[-1] == n * k:  # every row full (the usual case): no copy
+            data, indices = val.reshape(-1), idx.reshape(-1)
+        else:  # rows that lost clipped (non-positive) cosines
+            mask = np.arange(k)[None, :] < cnt[:, None]
+            data, indices = val[mask], idx[mask]
+        # int32 index arrays whenever they fit: 8 bytes per non-zero
+        itype = np.int32 if indptr[-1] < 2**31 and m < 2**31 else np.int64
+        return sp.csr_matrix(
+            (data, indices.astype(itype, copy=False), indptr.astype(itype)),
+            shape=(n, m),
+            copy=False,
+        )
 
     def _transform_images(self, X: np.ndarray) -> sp.csr_matrix:
         return self._relative(X, self.anchors_image_)
@@ -244,6 +262,5 @@ class ASIF(AlignmentBase):
         name = "X" if modality == "image" else "Y"
         V = self._check_input(X, name, modality, self._fitted_dim(modality))
         anchors = self.anchors_image_ if modality == "image" else self.anchors_text_
-        vals, ids = self._relative_topk(V, anchors)
-        order = np.lexsort((ids, -vals), axis=1)
-        return np.take_along_axis(vals, order, axis=1), np.take_along_axis(ids, order, axis=1)
+        idx, val, _ = self._run_blocks(V, anchors, weights=False)
+        return val, idx.astype(np.int64)

@@ -1,4 +1,4 @@
-"""ASIF: top-k against brute force, tie rule, chunking, the definition, errors."""
+"""ASIF: top-k against brute force, tie rule, near-ties, blocking, the definition, errors."""
 
 from __future__ import annotations
 
@@ -6,7 +6,19 @@ import numpy as np
 import pytest
 
 from imsearch_align.methods import ASIF
-from imsearch_align.methods.asif import TILE_COLS, TILE_ROWS, plan_chunks
+from imsearch_align.methods.asif import plan_rows
+
+#: float32 unit roundoff
+U32 = 2.0**-24
+
+
+def weight_rtol(exponent: float, dim: int) -> float:
+    """Relative tolerance of an ASIF weight computed from float32 cosines by different BLAS calls.
+
+    A float32 dot product of unit vectors is off by at most about ``dim * U32``;
+    ``c ** p`` multiplies a relative error by ``p``, the normalisation at most doubles it.
+    """
+    return 2.0 * exponent * dim * U32
 
 
 @pytest.fixture(scope="module")
@@ -70,41 +82,81 @@ def test_ties_broken_by_ascending_anchor_index():
         np.testing.assert_array_equal(ids, brute_force_topk(Q, A, 30)[1])
 
 
-def test_tiny_memory_budget_forces_chunking_and_gives_identical_output(fitted, support):
+def assert_same_transform(a, b, exponent: float, dim: int) -> None:
+    """Same anchors per row (exactly), weights equal to the float32 tolerance of the cosines."""
+    np.testing.assert_array_equal(a.indptr, b.indptr)
+    np.testing.assert_array_equal(a.indices, b.indices)
+    np.testing.assert_allclose(a.data, b.data, rtol=weight_rtol(exponent, dim), atol=0)
+
+
+def test_tiny_memory_budget_forces_one_row_blocks_and_gives_the_same_output(fitted, support):
     m, Xq, Yq = fitted
     tiny = ASIF(25, exponent=3.0, max_memory_gb=1e-9, progress=False).fit(*support)
-    assert plan_chunks(len(Xq), 300, 25, 1e-9) == (TILE_ROWS, TILE_COLS)  # smallest step
-    for a, b in (
-        (m.transform_images(Xq), tiny.transform_images(Xq)),
-        (m.transform_texts(Yq), tiny.transform_texts(Yq)),
-    ):
-        np.testing.assert_array_equal(a.indptr, b.indptr)
-        np.testing.assert_array_equal(a.indices, b.indices)
-        np.testing.assert_array_equal(a.data, b.data)
+    assert plan_rows(len(Xq), 300, 25, 1e-9) == 1  # the smallest block: one row
+    assert_same_transform(m.transform_images(Xq), tiny.transform_images(Xq), 3.0, 16)
+    assert_same_transform(m.transform_texts(Yq), tiny.transform_texts(Yq), 3.0, 12)
 
 
-def test_plan_chunks_respects_budget_and_tiles():
-    rows, block = plan_chunks(30_000, 30_000, 800, 1.0)
-    assert rows * (800 + block) * 24 <= 1024**3
-    assert rows % TILE_ROWS == 0 and block % TILE_COLS == 0
-    assert plan_chunks(10, 50, 5, 100.0) == (TILE_ROWS, TILE_COLS)  # everything in one step
+def test_plan_rows_respects_budget():
+    from imsearch_align.methods.asif import _WORKER_BYTES_PER_ANCHOR, _workers
+
+    for gb in (0.05, 0.5, 1.0):
+        rows = plan_rows(30_000, 30_000, 800, gb)
+        used = rows * (30_000 * 4 + 800 * 8) + _workers() * _WORKER_BYTES_PER_ANCHOR * 30_000
+        assert 1 <= rows <= 2048 and used <= gb * 1024**3
+    assert plan_rows(10, 50, 5, 100.0) == 10  # everything in one block
+    assert plan_rows(100_000, 1000, 5, 100.0) == 2048  # capped: bigger blocks are not faster
 
 
-def test_budget_changes_the_chunking_but_not_the_output():
-    # Larger than one tile in both directions, so several budgets give different plans.
+def test_budget_changes_the_blocks_but_not_the_output():
+    # More rows than one small block, so the budgets below give different plans.
     rng = np.random.default_rng(3)
     A = rng.standard_normal((2500, 8))
     Q = rng.standard_normal((300, 8))
-    outs = []
-    for gb in (1e-9, 0.0125, 10.0):
-        m = ASIF(40, max_memory_gb=gb, progress=False).fit(A, A)
-        outs.append(m.transform_images(Q))
-    assert len({plan_chunks(300, 2500, 40, gb) for gb in (1e-9, 0.0125, 10.0)}) == 3
+    budgets = (1e-9, 0.001, 10.0)
+    assert len({plan_rows(300, 2500, 40, gb) for gb in budgets}) == 3
+    outs = [
+        ASIF(40, max_memory_gb=gb, progress=False).fit(A, A).transform_images(Q) for gb in budgets
+    ]
     for o in outs[1:]:
-        np.testing.assert_array_equal(o.indices, outs[0].indices)
-        np.testing.assert_array_equal(o.data, outs[0].data)
+        assert_same_transform(o, outs[0], 8.0, 8)
     _, ids = brute_force_topk(Q, A, 40)
     np.testing.assert_array_equal(np.sort(ids, axis=1), outs[0].indices.reshape(300, 40))
+
+
+def test_near_ties_below_float32_resolution_are_decided_exactly():
+    """Anchors one float32 ulp apart: the float32 product cannot order them, float64 can."""
+    rng = np.random.default_rng(7)
+    d, n_groups, per = 48, 6, 40
+    base = rng.standard_normal((n_groups, d))
+    base /= np.linalg.norm(base, axis=1, keepdims=True)
+    anchors = np.repeat(base.astype(np.float32), per, axis=0)
+    # nudge a few coordinates of every copy by a few ulps, in random directions
+    for r in range(len(anchors)):
+        cols = rng.choice(d, 4, replace=False)
+        steps = rng.integers(-3, 4, 4)
+        for c, st in zip(cols, steps):
+            for _ in range(abs(st)):
+                anchors[r, c] = np.nextafter(anchors[r, c], np.float32(np.sign(st) * np.inf))
+    Q = base[rng.integers(0, n_groups, 30)] + 1e-3 * rng.standard_normal((30, d))
+    k = 50  # the boundary falls inside a group of near-identical anchors
+    m = ASIF(k, progress=False).fit(np.ones((len(anchors), d)), np.ones((len(anchors), d)))
+    m.anchors_image_ = anchors  # exactly these float32 anchors
+    q32 = (Q / np.linalg.norm(Q, axis=1, keepdims=True)).astype(np.float32).astype(np.float64)
+    C = q32 @ anchors.astype(np.float64).T  # exact products; the oracle's cosines
+    want = np.argsort(-C, axis=1, kind="stable")[:, :k]
+    vals, ids = m.top_anchors(Q)
+    np.testing.assert_array_equal(ids, want)
+    np.testing.assert_allclose(vals, np.take_along_axis(C, want, 1), rtol=0, atol=1e-12)
+    csr = m.transform_images(Q)
+    np.testing.assert_array_equal(csr.indices.reshape(30, k), np.sort(want, axis=1))
+
+
+def test_output_is_float32_csr_with_int32_indices(fitted):
+    m, Xq, _ = fitted
+    csr = m.transform_images(Xq)
+    assert csr.dtype == np.float32 and csr.indices.dtype == np.int32
+    assert csr.indptr.dtype == np.int32
 
 
 def test_negative_cosines_are_clipped_to_zero():
