@@ -186,6 +186,11 @@ class ServerHandle:
         # A port of the old process can linger for a moment; wait (bounded).
         while port_in_use(self.port) and time.monotonic() - t0 < 5.0:
             time.sleep(0.1)
+        if self.kind == "milvus-2.3.5" and port_in_use(ETCD_PEER_PORT):
+            raise ServerStartError(
+                f"port {ETCD_PEER_PORT} on 127.0.0.1 was taken while {self.kind} was stopped "
+                "(another Milvus 2.3.5 or etcd?); its embedded etcd cannot start without it"
+            )
         with open(self.log_path, "ab") as log:
             log.write(f"\n--- start {self.starts + 1} ---\n".encode())
             log.flush()
