@@ -608,14 +608,11 @@ def _sweep_params(
 
 
 def _sweep_table(results: Sequence[Any]) -> str:
-    from imsearch_align.leaderboard import results_frame, to_markdown
+    from imsearch_align.experiment.report import headline_columns
+    from imsearch_align.leaderboard import DEFAULT_METRICS, results_frame, to_markdown
 
     df = results_frame(results)
-    ks = sorted(results[0].config.k_values)
-    cand = [f"t2i/HitRate@{k}" for k in ks] + [f"i2t/HitRate@{k}" for k in ks] + [
-        "t2i/nDCG@10", "classification/acc1", "matching/accuracy", "multilabel/mAP",
-        "linear_probe/aligned_acc1", "captioning/bleu4", "t2i.queries_per_s", "fit_s",
-    ]  # fmt: skip
+    cand = [*headline_columns(list(df.columns)), *DEFAULT_METRICS, "t2i.queries_per_s", "fit_s"]
     cols = ["method", "store", "n_support_pairs", *(c for c in cand if c in df.columns), "status"]
     if "error" in df.columns and df["error"].notna().any():
         df = df.assign(error=df["error"].map(lambda e: e if not isinstance(e, str) else _short(e)))

@@ -32,7 +32,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from imsearch_align.experiment.report import HEADLINE_LEGEND, ID_COLUMNS, label
+from imsearch_align.experiment.report import HEADLINE_LEGEND, ID_COLUMNS, headline_columns, label
 from imsearch_align.experiment.result import ExperimentResult, ResultSchemaError
 
 __all__ = [
@@ -46,16 +46,10 @@ __all__ = [
     "to_markdown",
 ]
 
-#: Metrics shown by default (those present), after the sort metric.
+#: Task metrics shown by default (those present), after the headline retrieval
+#: columns (every HitRate@k of the results, nDCG at the largest k: see
+#: :func:`imsearch_align.experiment.report.headline_columns`).
 DEFAULT_METRICS = (
-    "t2i/HitRate@1",
-    "t2i/HitRate@5",
-    "t2i/HitRate@10",
-    "t2i/nDCG@10",
-    "i2t/HitRate@1",
-    "i2t/HitRate@5",
-    "i2t/HitRate@10",
-    "i2t/nDCG@10",
     "classification/acc1",
     "classification/acc5",
     "classification/mean_per_class_recall",
@@ -158,9 +152,10 @@ def metric_columns(df: pd.DataFrame) -> list[str]:
 
 
 def default_sort_metric(df: pd.DataFrame) -> str | None:
-    """``t2i/HitRate@1`` if present, else the first default metric present, else the first metric."""
+    """The first headline column present (``t2i/HitRate@1`` for retrieval), else
+    the first default task metric present, else the first metric."""
     metrics = metric_columns(df)
-    for m in DEFAULT_METRICS:
+    for m in [*headline_columns(metrics), *DEFAULT_METRICS]:
         if m in metrics and df[m].notna().any():
             return m
     return metrics[0] if metrics else None
@@ -246,9 +241,8 @@ def _default_columns(df: pd.DataFrame, sort_by: str | None, has_params: bool) ->
     if "status" in df.columns and (df["status"] != "ok").any():
         ident.append("status")
     metrics = [sort_by] if sort_by else []
-    metrics += [
-        m for m in DEFAULT_METRICS if m in df.columns and m not in metrics and df[m].notna().any()
-    ]
+    wanted = [*headline_columns(list(df.columns)), *DEFAULT_METRICS]
+    metrics += [m for m in wanted if m in df.columns and m not in metrics and df[m].notna().any()]
     if not metrics:
         metrics = metric_columns(df)[:8]
     speed = [c for c in DEFAULT_SPEED if c in df.columns and df[c].notna().any()]

@@ -53,67 +53,28 @@ class ConfigError(ValueError):
 # ----------------------------------------------------------------------------- digests
 
 
-def _sha(parts: list[bytes]) -> str:
-    h = hashlib.sha256()
-    for p in parts:
-        h.update(len(p).to_bytes(8, "little"))
-        h.update(p)
-    return "sha256:" + h.hexdigest()[:32]
-
-
 def digest_value(value: Any) -> dict[str, Any] | None:
-    """A JSON record ``{"type", "digest", "shape"}`` for a value that is not
-    plain JSON (array, DataFrame, Dataset, long list), or None if it is."""
-    import pandas as pd
-
-    if isinstance(value, np.ndarray):
-        arr = np.ascontiguousarray(value)
-        if arr.dtype == object:
-            blob = json.dumps(arr.tolist(), default=str).encode()
-        else:
-            blob = arr.tobytes()
-        return {
-            "type": "ndarray",
-            "dtype": str(arr.dtype),
-            "shape": list(arr.shape),
-            "digest": _sha([str(arr.dtype).encode(), str(arr.shape).encode(), blob]),
-        }
-    if isinstance(value, pd.DataFrame | pd.Series):
-        hashed = pd.util.hash_pandas_object(value, index=True).to_numpy()
-        cols = [str(c) for c in value.columns] if isinstance(value, pd.DataFrame) else []
-        return {
-            "type": type(value).__name__,
-            "shape": list(value.shape),
-            "columns": cols[:50],
-            "digest": _sha([json.dumps(cols).encode(), hashed.tobytes()]),
-        }
-    if _is_hf_dataset(value):
-        return {"type": "datasets." + type(value).__name__, **_hf_digest(value)}
+    """A JSON record (type, size, ``sha256`` of the content) for a value JSON
+    cannot hold inline: in-memory data (DataFrame, ``datasets`` Dataset, numpy
+    array, PairedDataset: :func:`imsearch_align.datasets.describe_param_value`)
+    or a list longer than :data:`MAX_INLINE_LIST`; None for anything else."""
     if isinstance(value, list | tuple) and len(value) > MAX_INLINE_LIST:
         blob = json.dumps([_plain(v) for v in value], default=str, sort_keys=True).encode()
-        return {"type": "list", "len": len(value), "digest": _sha([blob])}
-    return None
+        return {"type": "list", "len": len(value), "sha256": hashlib.sha256(blob).hexdigest()}
+    if value is None or isinstance(
+        value, str | bool | int | float | Mapping | list | tuple | os.PathLike | np.generic
+    ):
+        return None
+    from imsearch_align.datasets import describe_param_value
 
-
-def _is_hf_dataset(value: Any) -> bool:
-    mod = type(value).__module__ or ""
-    return mod.startswith("datasets.") and type(value).__name__ in ("Dataset", "DatasetDict")
-
-
-def _hf_digest(value: Any) -> dict[str, Any]:
-    """Content digest of a Hugging Face Dataset / DatasetDict (its Arrow tables)."""
-    import pandas as pd
-
-    parts: list[bytes] = []
-    shape: dict[str, Any] = {}
-    splits = value.items() if type(value).__name__ == "DatasetDict" else [("", value)]
-    for name, ds in splits:
-        table = ds.data.table if hasattr(ds.data, "table") else ds.data
-        df = table.to_pandas()
-        df = df.map(lambda v: v if not isinstance(v, dict | list | bytes) else repr(v))
-        parts += [name.encode(), pd.util.hash_pandas_object(df, index=False).to_numpy().tobytes()]
-        shape[name or "rows"] = len(df)
-    return {"shape": shape, "digest": _sha(parts)}
+    try:
+        rec = describe_param_value(value)
+    except TypeError as exc:
+        raise ConfigError(
+            f"cannot record a {type(value).__name__} in a config ({exc}); pass a path, a number, "
+            "a string, a list, a mapping, a numpy array, a DataFrame or a datasets Dataset"
+        ) from None
+    return rec if isinstance(rec, dict) else None
 
 
 def _plain(value: Any) -> Any:
@@ -133,7 +94,7 @@ def _plain(value: Any) -> Any:
         return value
     raise ConfigError(
         f"cannot record a {type(value).__name__} in a config: pass a path, a number, a string, "
-        "a list, a mapping, a numpy array or a DataFrame"
+        "a list, a mapping, a numpy array, a DataFrame or a datasets Dataset"
     )
 
 
@@ -308,6 +269,9 @@ class ExperimentConfig:
                 value = os.fspath(value)
             object.__setattr__(self, f.name, _coerce(f.name, hints[f.name], value))
         self._check_values()
+        # The JSON record (digests of in-memory inputs) is computed once, now: a value
+        # that cannot be recorded fails on construction, before any work.
+        object.__setattr__(self, "_record", self._make_record())
 
     def _check_values(self) -> None:
         from imsearch_align.framework.validation import check_int
@@ -403,6 +367,9 @@ class ExperimentConfig:
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready mapping; values JSON cannot hold are recorded by digest,
         secrets (``token``, ``password``, ``api_key``...) as ``"***"``."""
+        return json.loads(json.dumps(self._record))
+
+    def _make_record(self) -> dict[str, Any]:
         out = {f.name: _plain(getattr(self, f.name)) for f in dataclasses.fields(self)}
         for name, value in out.items():
             if name.endswith("_params") and isinstance(value, dict):
@@ -415,7 +382,7 @@ class ExperimentConfig:
 
     def key(self) -> str:
         """Short stable hash of the config (names result files and checkpoints)."""
-        blob = json.dumps(self.to_dict(), sort_keys=True, default=str)
+        blob = json.dumps(self._record, sort_keys=True, default=str)
         return hashlib.sha256(blob.encode()).hexdigest()[:12]
 
     # -- output names ----------------------------------------------------------

@@ -134,6 +134,8 @@ class TaskContext:
         self.n_support_available = 0
         self.notes: list[str] = []
         self.per_query: list[pd.DataFrame] = []
+        #: Every ranking measured so far (kept in a failed run's result).
+        self.done: dict[str, Any] = {}
         self._raw: dict[tuple[str, str], np.ndarray] = {}
         self._aligned: dict[tuple[str, str], Any] = {}
         self._store: Any = None

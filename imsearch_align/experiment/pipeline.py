@@ -78,18 +78,26 @@ def run_experiment(
     ctx = TaskContext(
         config, data, study, clock, checkpoint_root=plan.checkpoint_root, progress=progress
     )
-    task_result, status, error = None, RunStatus(), None
+    task_result, status, error, diagnostics = None, RunStatus(), None, None
     try:
         _connect(ctx)
         ctx.fit()
         task_result = task.run(ctx)
         status = status_from(list(task_result.rankings.values()), ctx.notes)
+        if config.diagnostics:
+            from imsearch_align.experiment.geometry import space_diagnostics
+
+            diagnostics = space_diagnostics(ctx)
     except (KeyboardInterrupt, ConfigError, TaskUnsupportedError):
         ctx.close()
         raise
     except Exception as exc:
         error = exc
         status = RunStatus("failed", error=f"{type(exc).__name__}: {exc}")
+        if ctx.done:  # what finished before the failure is kept
+            from imsearch_align.experiment.result import TaskResult
+
+            task_result = TaskResult(config.task, dict(ctx.done), {}, {"partial": True})
     provenance = capture(ctx.open_store)
     ctx.close()
     clock.timings["total_s"] = time.perf_counter() - t0
@@ -102,6 +110,7 @@ def run_experiment(
         task=task_result,
         timings=dict(clock.timings),
         provenance=provenance,
+        diagnostics=diagnostics,
         created=time.strftime("%Y-%m-%dT%H:%M:%S%z"),
     )
     result = plan.write(result, ctx.per_query if task_result is not None else [])

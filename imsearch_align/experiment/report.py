@@ -20,6 +20,7 @@ from typing import Any
 __all__ = [
     "HEADLINE_LEGEND",
     "flatten",
+    "headline_columns",
     "headline_metrics",
     "label",
     "summary",
@@ -54,6 +55,23 @@ def headline_metrics(
     out = []
     for d in directions:
         out += [f"{d}/HitRate@{k}" for k in ks] + [f"{d}/nDCG@{ks[-1]}"]
+    return out
+
+
+def headline_columns(columns: Sequence[str]) -> list[str]:
+    """The headline retrieval columns among ``columns``, as the console shows them:
+    per direction every ``HitRate@k`` present by k, then ``nDCG`` at the largest k."""
+    out = []
+    for d in ("t2i", "i2t"):
+        hits = sorted(
+            (int(m.group(1)), c)
+            for c in columns
+            if (m := re.fullmatch(rf"{d}/HitRate@(\d+)", str(c)))
+        )
+        out += [c for _, c in hits]
+        ndcg = [c for c in columns if re.fullmatch(rf"{d}/nDCG@(\d+)", str(c))]
+        if ndcg:
+            out.append(max(ndcg, key=lambda c: int(c.rsplit("@", 1)[1])))
     return out
 
 

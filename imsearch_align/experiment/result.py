@@ -123,6 +123,9 @@ class RankingResult:
         errors: distinct error messages of the failed queries.
         timings: see :class:`SearchTimings`.
         fidelity: ANN fidelity against exact search (``ann_recall@k``...).
+        reasons: why this ranking is degraded besides failed queries
+            (unsorted rankings, relevant documents missing from the index...);
+            empty when it is clean.
     """
 
     name: str
@@ -137,12 +140,14 @@ class RankingResult:
     errors: tuple[str, ...] = ()
     timings: SearchTimings = field(default_factory=SearchTimings)
     fidelity: dict[str, float] = field(default_factory=dict)
+    reasons: tuple[str, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
         d["intervals"] = {m: list(v) for m, v in self.intervals.items()}
         d["failed_queries"] = list(self.failed_queries)
         d["errors"] = list(self.errors)
+        d["reasons"] = list(self.reasons)
         return d
 
     @classmethod
@@ -162,6 +167,7 @@ class RankingResult:
             errors=tuple(d.get("errors") or ()),
             timings=SearchTimings(**(d.get("timings") or {})),
             fidelity={k: float(v) for k, v in (d.get("fidelity") or {}).items()},
+            reasons=tuple(d.get("reasons") or ()),
         )
 
 
@@ -426,13 +432,20 @@ def _json_default(o: Any) -> Any:
 
 
 def status_from(rankings: Sequence[RankingResult], extra_reasons: Sequence[str] = ()) -> RunStatus:
-    """``ok``, or ``degraded`` with a reason per ranking that lost queries."""
-    reasons = [
-        f"{r.name}: {r.n_failed} of {r.n_queries} queries failed"
-        + (f" ({r.errors[0]})" if r.errors else "")
-        for r in rankings
-        if r.n_failed
-    ]
+    """``ok``, or ``degraded`` with, per ranking, how many queries failed (and
+    the first error), its other reasons (unsorted rankings...), then the run's
+    own (``extra_reasons``)."""
+    reasons = []
+    for r in rankings:
+        if r.n_failed:
+            first = (
+                f" ({r.errors[0]}"
+                + (f"; {len(r.errors) - 1} other errors)" if len(r.errors) > 1 else ")")
+                if r.errors
+                else ""
+            )
+            reasons.append(f"{r.name}: {r.n_failed} of {r.n_queries} queries failed{first}")
+        reasons += [f"{r.name}: {why}" for why in r.reasons]
     reasons += list(extra_reasons)
     return RunStatus("degraded", tuple(reasons)) if reasons else RunStatus()
 

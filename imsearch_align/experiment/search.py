@@ -21,7 +21,12 @@ from typing import Any
 import numpy as np
 
 from imsearch_align.experiment.result import RankingResult, SearchTimings
-from imsearch_align.framework.evaluator import BenchmarkEvaluator, BenchmarkResult, NaNScoreError
+from imsearch_align.framework.evaluator import (
+    BenchmarkEvaluator,
+    BenchmarkResult,
+    EvaluationAborted,
+    NaNScoreError,
+)
 from imsearch_align.framework.validation import is_sparse
 
 __all__ = ["default_measures", "index_and_evaluate", "ranking_result"]
@@ -100,6 +105,7 @@ def ranking_result(
         errors=_distinct_errors(res),
         timings=timings,
         fidelity=dict(fidelity or {}),
+        reasons=tuple(res.notes),
     )
 
 
@@ -107,14 +113,35 @@ def _py(x: Any) -> Any:
     return x.item() if isinstance(x, np.generic) else x
 
 
-def _evaluate(ev: BenchmarkEvaluator, queries: Any, qrels: Any, query_ids: Any) -> BenchmarkResult:
-    """Evaluate; a NaN score fails those queries (kept and named), not the run."""
+def _evaluate(
+    ctx: Any,
+    label: str,
+    ev: BenchmarkEvaluator,
+    queries: Any,
+    qrels: Any,
+    query_ids: Any,
+    doc_ids: np.ndarray,
+    n_docs: int,
+    build_s: float,
+) -> BenchmarkResult:
+    """Evaluate; a NaN score fails those queries (kept and named), not the run.
+
+    A store that became unavailable fails the run (the error propagates), but
+    the batches that finished are kept: their ranking goes to ``ctx.done``, so
+    the failed result still holds what was measured.
+    """
     try:
-        return ev.evaluate(queries, qrels, query_ids=query_ids)
+        return ev.evaluate(queries, qrels, query_ids=query_ids, collection_ids=doc_ids)
     except NaNScoreError as err:
         if err.partial is None:
             raise
         return err.partial
+    except EvaluationAborted as err:
+        if err.partial is not None:
+            ctx.done[label] = ranking_result(
+                label, err.partial, n_docs=n_docs, index_build_s=build_s
+            )
+        raise
 
 
 def index_and_evaluate(
@@ -151,6 +178,9 @@ def index_and_evaluate(
     try:
         store.insert(collection, docs, doc_ids)
         build_s = time.perf_counter() - t
+        # One untimed query first: lazy imports and thread-pool start-up of the
+        # store are not search speed.
+        store.search(collection, queries[:1], k)
         ckpt_key = f"{cfg.key()}|{name}|{_digest(docs)}|{_digest(doc_ids)}|k={k}"
         out: dict[str, RankingResult] = {}
         for label, q in {
@@ -169,11 +199,11 @@ def index_and_evaluate(
                 checkpoint_dir=_checkpoint_dir(ctx, label),
                 checkpoint_key=ckpt_key,
             )
-            res = _evaluate(ev, q, qrels, query_ids)
+            res = _evaluate(ctx, label, ev, q, qrels, query_ids, doc_ids, docs.shape[0], build_s)
             fid = None
             if cfg.ann_fidelity and label == name and searcher is None:
                 rep = _fidelity(store, collection, docs, doc_ids, q, k, cfg.batch_size)
-                fid = rep.metrics()
+                fid = rep.as_metrics()
                 if not rep.ok:
                     ctx.note(
                         f"{label}: the store's results fail the truth check ({rep.first_problem})"
@@ -181,6 +211,7 @@ def index_and_evaluate(
             out[label] = ranking_result(
                 label, res, n_docs=docs.shape[0], index_build_s=build_s, fidelity=fid
             )
+            ctx.done[label] = out[label]
             if runs is not None:
                 runs[label] = res.run
             frame = res.per_query.copy()
@@ -202,11 +233,15 @@ def _checkpoint_dir(ctx: Any, label: str) -> Any:
 
 
 def _fidelity(
-    store: Any, collection: str, docs: Any, doc_ids: np.ndarray, queries: Any, k: int
-) -> dict[str, float]:
-    """Recall@k of the store against exact search, from the true inner products."""
+    store: Any, collection: str, docs: Any, doc_ids: np.ndarray, queries: Any, k: int, step: int
+) -> Any:
+    """The store's recall@k and score truth, from the true inner products of the
+    ids it returns (a :class:`~imsearch_align.framework.fidelity.FidelityReport`);
+    searched in batches of ``step`` queries, as the evaluator does."""
     from imsearch_align.framework.fidelity import ann_recall
+    from imsearch_align.framework.interfaces import SearchResult
 
-    got = store.search(collection, queries, k)
-    rep = ann_recall(got, docs, doc_ids, queries, k)
-    return rep.as_metrics()
+    parts = [
+        store.search(collection, queries[i : i + step], k) for i in range(0, queries.shape[0], step)
+    ]
+    return ann_recall(SearchResult.concat(parts), docs, doc_ids, queries, k)

@@ -62,3 +62,16 @@ def require_labels(ds: Any, task: str, *, multi: bool = False) -> None:
             f"task {task!r} needs {kind} and class names; dataset {ds.name!r} has "
             f"{'no class names' if not ds.class_names else 'none'}"
         )
+
+
+def require_encoder(data: Any, modality: str, task: str, why: str) -> None:
+    """Raise when ``modality``'s provider only serves stored vectors by id and
+    cannot encode the new items the task needs (``why``)."""
+    from imsearch_align.framework.interfaces import IdLookupProvider
+
+    provider = data.image_provider if modality == "image" else data.text_provider
+    if isinstance(provider, IdLookupProvider) and provider.lookup_by_id:
+        raise TaskUnsupportedError(
+            f"task {task!r} encodes new {modality}s ({why}), but the {modality} embeddings are "
+            f"precomputed; name a {modality} encoder"
+        )

@@ -25,7 +25,12 @@ import numpy as np
 import pandas as pd
 
 from imsearch_align.experiment.result import TaskResult
-from imsearch_align.experiment.tasks.base import Task, require_labels, require_split
+from imsearch_align.experiment.tasks.base import (
+    Task,
+    require_encoder,
+    require_labels,
+    require_split,
+)
 from imsearch_align.framework.interfaces import SearchResult
 from imsearch_align.framework.validation import is_sparse
 
@@ -115,6 +120,7 @@ class Classification(Task):
     def check(self, data: Any, config: Any) -> None:
         require_labels(data.dataset, self.name)
         require_split(data.dataset, "test", "image", self.name)
+        require_encoder(data, "text", self.name, "class prompts")
 
     def run(self, ctx: Any) -> TaskResult:
         cfg, ds = ctx.config, ctx.dataset

@@ -18,7 +18,12 @@ import numpy as np
 import pandas as pd
 
 from imsearch_align.experiment.result import TaskResult
-from imsearch_align.experiment.tasks.base import Task, require_labels, require_split
+from imsearch_align.experiment.tasks.base import (
+    Task,
+    require_encoder,
+    require_labels,
+    require_split,
+)
 from imsearch_align.experiment.tasks.classification import class_prompts, class_vectors
 from imsearch_align.framework.metrics import Qrels
 
@@ -42,6 +47,7 @@ class MultiLabel(Task):
     def check(self, data: Any, config: Any) -> None:
         require_labels(data.dataset, self.name, multi=True)
         require_split(data.dataset, "test", "image", self.name)
+        require_encoder(data, "text", self.name, "class prompts")
 
     def run(self, ctx: Any) -> TaskResult:
         from imsearch_align.diagnostics.multilabel import multilabel_map

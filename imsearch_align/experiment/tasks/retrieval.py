@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from imsearch_align.experiment.result import TaskResult
-from imsearch_align.experiment.tasks.base import Task, TaskUnsupportedError, require_split
+from imsearch_align.experiment.tasks.base import Task, require_encoder, require_split
 
 __all__ = ["Retrieval"]
 
@@ -46,7 +46,6 @@ def perturbed_queries(ctx: Any, direction: str) -> dict[str, Any]:
         return {}
     from imsearch_align.diagnostics.perturbations import PerturbedItems, get_perturbation
     from imsearch_align.embedding import items_for
-    from imsearch_align.framework.interfaces import IdLookupProvider
 
     modality = DOCS[direction][1]
     provider = ctx.provider(modality)
@@ -55,11 +54,6 @@ def perturbed_queries(ctx: Any, direction: str) -> dict[str, Any]:
         pert = get_perturbation(name, **cfg.perturbation_params.get(name, {}))
         if pert.modality != modality:
             continue
-        if isinstance(provider, IdLookupProvider) and provider.lookup_by_id:
-            raise TaskUnsupportedError(
-                f"perturbation {name!r} changes the {modality} queries before encoding, but the "
-                f"{modality} embeddings are precomputed; name a {modality} encoder"
-            )
         table = ctx.dataset.texts if modality == "text" else ctx.dataset.images
         col = "text_id" if modality == "text" else "image_id"
         rows = table.set_index(col).loc[ctx.ids(modality)].reset_index()
@@ -81,9 +75,19 @@ class Retrieval(Task):
     source = "trec_eval; HitRate@k is CLIP_benchmark's image_/text_retrieval_recall@k"
 
     def check(self, data: Any, config: Any) -> None:
+        from imsearch_align.diagnostics.perturbations import get_perturbation
+
         for direction in config.directions:
             for modality in DOCS[direction]:
                 require_split(data.dataset, "test", modality, self.name)
+        for name in config.perturbations:
+            pert = get_perturbation(name, **config.perturbation_params.get(name, {}))
+            require_encoder(
+                data,
+                pert.modality,
+                self.name,
+                f"perturbation {name!r} changes them before encoding",
+            )
 
     def run(self, ctx: Any) -> TaskResult:
         cfg = ctx.config
