@@ -174,7 +174,17 @@ def load_data(config: ExperimentConfig, loader_cache: dict[str, Any]) -> LoadedD
     ds, img_p, txt_p = load(config.dataset, config.dataset_params)
     support = ds
     if config.support_dataset is not None:
-        support, _, _ = load(config.support_dataset, config.support_dataset_params)
+        from imsearch_align.datasets import load_support_dataset
+
+        key = json.dumps(
+            ["support", config.support_dataset, config.to_dict()["support_dataset_params"]],
+            sort_keys=True,
+        )
+        if key not in loader_cache:  # only its train split is read (test images never checked)
+            loader_cache[key] = _unpack(
+                load_support_dataset(config.support_dataset, config.support_dataset_params)
+            )
+        support = loader_cache[key][0]
         if config.image_encoder is None or config.text_encoder is None:
             raise ConfigError(
                 "support_dataset needs image_encoder and text_encoder: the support pairs and the "

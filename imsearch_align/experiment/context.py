@@ -251,8 +251,9 @@ class TaskContext:
 
     def collection_name(self, ranking: str) -> str:
         """A collection name owned by this run (a unique suffix: runs never collide)."""
-        slug = "".join(c if c.isalnum() else "_" for c in ranking).strip("_")
-        return f"ia_{slug}_{self.config.key()}_{self.run_token}"
+        from imsearch_align.adapters.base import unique_collection_name
+
+        return unique_collection_name(f"ia_{ranking}_{self.config.key()}", self.run_token)
 
     def search(
         self,

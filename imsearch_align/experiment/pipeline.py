@@ -14,6 +14,9 @@ import os
 import time
 from typing import Any
 
+import numpy as np
+
+from imsearch_align.embedding import provider_key
 from imsearch_align.experiment.components import preflight
 from imsearch_align.experiment.config import DEFAULT_OUTPUT_TEMPLATE, ConfigError, ExperimentConfig
 from imsearch_align.experiment.context import Clock, Study, TaskContext
@@ -106,7 +109,7 @@ def run_experiment(
         status=status,
         dataset=_dataset_info(ctx, data),
         method=_method_info(ctx),
-        encoders=EncoderInfo(str(data.image_provider.id), str(data.text_provider.id)),
+        encoders=EncoderInfo(provider_key(data.image_provider), provider_key(data.text_provider)),
         task=task_result,
         timings=dict(clock.timings),
         provenance=provenance,
@@ -129,8 +132,10 @@ def _connect(ctx: TaskContext) -> None:
 
 
 def _dataset_info(ctx: TaskContext, data: Any) -> DatasetInfo:
+    from imsearch_align.datasets.base import PairedDataset
+
     ds = data.dataset
-    skipped = dict(getattr(ds, "skipped", None) or {})
+    paired = isinstance(ds, PairedDataset)
     return DatasetInfo(
         name=ds.name,
         n_support_pairs=ctx.n_support_pairs,
@@ -138,7 +143,8 @@ def _dataset_info(ctx: TaskContext, data: Any) -> DatasetInfo:
         n_test_images=len(ds.split_ids("test", "image")),
         n_test_texts=len(ds.split_ids("test", "text")),
         support_dataset=data.support.name if data.support_is_external else None,
-        skipped=skipped,
+        skipped=dict(ds.skipped) if paired else {},
+        n_uncaptioned_test_images=len(ds.uncaptioned_image_ids("test")) if paired else 0,
     )
 
 
@@ -154,9 +160,17 @@ def _method_info(ctx: TaskContext) -> MethodInfo | None:
     if isinstance(m, EstimatorParams):
         params = m.get_params()
     dim, sparse = ctx.space or (0, False)
+    fitted = {
+        k: v.item() if isinstance(v, np.generic) else v
+        for k, v in vars(m).items()
+        if k.endswith("_")
+        and not k.startswith("_")
+        and isinstance(v, int | float | str | bool | np.generic)
+    }
     return MethodInfo(
         name=ctx.config.method,
         params=json.loads(json.dumps(params, default=str)),
         output_dim=dim,
         sparse=sparse,
+        fitted=json.loads(json.dumps(fitted, default=str)),
     )

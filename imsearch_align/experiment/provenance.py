@@ -83,15 +83,9 @@ class Provenance:
 
 def package_versions(extra: tuple[str, ...] = ()) -> dict[str, str]:
     """Installed versions of :data:`KEY_PACKAGES` and ``extra`` (absent ones left out)."""
-    from importlib import metadata
+    from imsearch_align.adapters.base import package_versions as versions_of
 
-    versions = {}
-    for pkg in dict.fromkeys((*KEY_PACKAGES, *extra)):
-        try:
-            versions[pkg] = metadata.version(pkg)
-        except metadata.PackageNotFoundError:
-            continue
-    return versions
+    return versions_of(list(dict.fromkeys((*KEY_PACKAGES, *extra))))
 
 
 def _git_commit() -> str | None:

@@ -201,7 +201,12 @@ class TaskResult:
 
 @dataclass(frozen=True)
 class DatasetInfo:
-    """What was evaluated: sizes of the support sample and the test split."""
+    """What was evaluated: sizes of the support sample and the test split.
+
+    ``skipped`` counts what the loader left out by reason (``missing_image``,
+    ``empty_caption``...); ``n_uncaptioned_test_images`` are test images that
+    cannot be image-to-text queries (they stay text-to-image distractors).
+    """
 
     name: str
     n_support_pairs: int = 0
@@ -210,16 +215,19 @@ class DatasetInfo:
     n_test_texts: int = 0
     support_dataset: str | None = None
     skipped: dict[str, int] = field(default_factory=dict)
+    n_uncaptioned_test_images: int = 0
 
 
 @dataclass(frozen=True)
 class MethodInfo:
-    """The fitted method: name, parameters, output dimension, sparse or dense."""
+    """The fitted method: name, parameters, what fitting chose (scalar attributes
+    ending in ``_``, e.g. CSA's ``eps_``), output dimension, sparse or dense."""
 
     name: str
     params: dict[str, Any] = field(default_factory=dict)
     output_dim: int = 0
     sparse: bool = False
+    fitted: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
