@@ -100,6 +100,11 @@ class LanceDBStore(BaseStore):
             ids = table.to_arrow().column(_ID).to_numpy().astype(np.int64)
             self._register(CollectionInfo(name=name, dim=dim, sparse=False, ids=ids, state=table))
 
+    @property
+    def exact(self) -> bool:
+        """Whether search scores every vector (``index="flat"``; see ExactSearch)."""
+        return self.index == "flat"
+
     def __repr__(self) -> str:
         return f"LanceDBStore(path={str(self.path)!r}, index={self.index!r})"
 

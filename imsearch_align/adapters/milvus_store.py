@@ -430,6 +430,11 @@ class MilvusStore(BaseStore):
             check_int(value, f"{name}[{key!r}]", low=1)
         return params
 
+    @property
+    def exact(self) -> bool:
+        """Whether search scores every vector (a FLAT index; see ExactSearch)."""
+        return self.index == "FLAT"
+
     def __repr__(self) -> str:
         return (
             f"MilvusStore(uri={_redact_uri(self.uri)!r}, index={self.index!r}, "

@@ -138,7 +138,8 @@ class QdrantStore(BaseStore):
         self.mode = "server" if url else "local" if path else "memory"
         self.url = url
         self.path = Path(path) if path else None
-        self.exact = exact
+        #: Whether search scores every vector (ExactSearch): local mode always does.
+        self.exact = exact or self.mode != "server"
         self.hnsw_ef = None if hnsw_ef is None else check_int(hnsw_ef, "hnsw_ef", low=1)
         self.query_batch = check_int(query_batch, "query_batch", low=1)
         self.insert_batch = check_int(insert_batch, "insert_batch", low=1)

@@ -20,6 +20,7 @@ import dataclasses
 import difflib
 import hashlib
 import json
+import math
 import numbers
 import os
 import string
@@ -226,6 +227,9 @@ class ExperimentConfig:
         ann_fidelity: also search exactly and report the store's recall@k,
             computed from the true inner products of the ids it returned.
         diagnostics: embedding-space geometry of the raw and aligned test spaces.
+        tie_tolerance: scores within this relative tolerance tie; ``None``
+            derives it from float32 epsilon and the dimension (see
+            :mod:`imsearch_align.experiment.tie_aware`); ``0`` ties only equal scores.
         cache_dir: embedding cache folder (``None`` disables it).
         batch_size: queries per store call. encode_batch_size: items per encoder pass.
         workers: concurrent search threads.
@@ -255,6 +259,7 @@ class ExperimentConfig:
     perturbation_params: Mapping[str, Any] = field(default_factory=dict)
     ann_fidelity: bool = False
     diagnostics: bool = False
+    tie_tolerance: float | None = None
     cache_dir: str | None = ".cache/embeddings"
     batch_size: int = 1024
     encode_batch_size: int = 32
@@ -300,6 +305,13 @@ class ExperimentConfig:
         _one_of("ensemble", self.ensemble, ("mean", "best"))
         if self.n_support is not None:
             positive("n_support", self.n_support)
+        if self.tie_tolerance is not None and not (
+            math.isfinite(self.tie_tolerance) and self.tie_tolerance >= 0
+        ):
+            raise ConfigError(
+                f"config field 'tie_tolerance' must be a finite number >= 0 (or null for the "
+                f"default), got {self.tie_tolerance!r}"
+            )
         if self.seed < 0:
             raise ConfigError(f"config field 'seed' must be >= 0, got {self.seed}")
         for name in ("batch_size", "encode_batch_size", "workers"):

@@ -126,6 +126,13 @@ class RankingResult:
         reasons: why this ranking is degraded besides failed queries
             (unsorted rankings, relevant documents missing from the index...);
             empty when it is clean.
+        tie_rule: the measures under the id-ascending tie rule (``metrics``
+            holds their expected value over the orders of tied documents;
+            the two are equal when no scores tie).
+        ties: the tie report: tolerance, whether tie groups crossing the
+            cut-off were closed by an exact store, rows searched deeper, and
+            per measure the low/high bounds and the queries whose value
+            depends on tie order (see :mod:`imsearch_align.experiment.tie_aware`).
     """
 
     name: str
@@ -141,6 +148,14 @@ class RankingResult:
     timings: SearchTimings = field(default_factory=SearchTimings)
     fidelity: dict[str, float] = field(default_factory=dict)
     reasons: tuple[str, ...] = ()
+    tie_rule: dict[str, float] = field(default_factory=dict)
+    ties: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def n_tie_dependent(self) -> int:
+        """Queries whose value of some measure depends on the order of tied documents."""
+        per = (self.ties.get("measures") or {}).values()
+        return max((int(v.get("n_tie_dependent", 0)) for v in per), default=0)
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
@@ -168,6 +183,8 @@ class RankingResult:
             timings=SearchTimings(**(d.get("timings") or {})),
             fidelity={k: float(v) for k, v in (d.get("fidelity") or {}).items()},
             reasons=tuple(d.get("reasons") or ()),
+            tie_rule={k: float(v) for k, v in (d.get("tie_rule") or {}).items()},
+            ties=dict(d.get("ties") or {}),
         )
 
 

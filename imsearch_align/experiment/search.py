@@ -16,6 +16,7 @@ import hashlib
 import logging
 import time
 from collections.abc import Mapping
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -27,6 +28,7 @@ from imsearch_align.framework.evaluator import (
     EvaluationAborted,
     NaNScoreError,
 )
+from imsearch_align.framework.metrics import bootstrap_ci
 from imsearch_align.framework.validation import is_sparse
 
 __all__ = ["default_measures", "index_and_evaluate", "ranking_result"]
@@ -74,8 +76,11 @@ def ranking_result(
     n_docs: int,
     index_build_s: float,
     fidelity: Mapping[str, float] | None = None,
+    ties: Any = None,
 ) -> RankingResult:
-    """The typed summary of one evaluation."""
+    """The typed summary of one evaluation; with ``ties`` (a tie-aware result)
+    the metrics and their intervals are the expected values over tie orders
+    and ``tie_rule`` keeps the id-ascending values."""
     t = res.timings
     n_batches = int(t.get("n_batches", 0) or 0)
     searched = int(t.get("n_batches_searched", n_batches) or 0)
@@ -92,10 +97,19 @@ def ranking_result(
         n_batches_resumed=int(t.get("n_batches_resumed", n_batches - searched) or 0),
     )
     ev = res.evaluation
+    metrics, intervals, tie_rule = res.mean(), dict(res.intervals), {}
+    if ties is not None:
+        tie_rule = {m: metrics[m] for m in ties.measures}
+        metrics = {**metrics, **ties.mean()}
+        values = np.column_stack([ties.values[m] for m in ties.measures])
+        if len(values):
+            lo, hi = bootstrap_ci(values, n_resamples=res.n_bootstrap, seed=res.seed)
+            intervals.update({m: (lo[i], hi[i]) for i, m in enumerate(ties.measures)})
     return RankingResult(
         name=name,
-        metrics=res.mean(),
-        intervals={m: (float(lo), float(hi)) for m, (lo, hi) in res.intervals.items()},
+        metrics=metrics,
+        tie_rule=tie_rule,
+        intervals={m: (float(lo), float(hi)) for m, (lo, hi) in intervals.items()},
         n_queries=len(ev.query_ids),
         n_docs=int(n_docs),
         n_failed=len(res.failed_queries),
@@ -169,49 +183,40 @@ def index_and_evaluate(
     """
     cfg = ctx.config
     store = ctx.store
+    measures = default_measures(cfg.k_values) if measures is None else list(measures)
     k = max(cfg.k_values) if k is None else k
     doc_ids = np.asarray(doc_ids, dtype=np.int64)
     collection = ctx.collection_name(name)
-    sparse = bool(is_sparse(docs))
     t = time.perf_counter()
-    store.create_collection(collection, int(docs.shape[1]), sparse=sparse, metric="ip")
+    store.create_collection(
+        collection, int(docs.shape[1]), sparse=bool(is_sparse(docs)), metric="ip"
+    )
     try:
         store.insert(collection, docs, doc_ids)
         build_s = time.perf_counter() - t
         # One untimed query first: lazy imports and thread-pool start-up of the
         # store are not search speed.
         store.search(collection, queries[:1], k)
-        ckpt_key = f"{cfg.key()}|{name}|{_digest(docs)}|{_digest(doc_ids)}|k={k}"
+        spec = _Spec(
+            collection=collection,
+            searcher=store if searcher is None else searcher,
+            measures=measures,
+            k=k,
+            ckpt_key=f"{cfg.key()}|{name}|{_digest(docs)}|{_digest(doc_ids)}|k={k}",
+            build_s=build_s,
+        )
         out: dict[str, RankingResult] = {}
-        for label, q in {
-            name: queries,
-            **{f"{name}[{v}]": vq for v, vq in (variants or {}).items()},
-        }.items():
-            ev = BenchmarkEvaluator(
-                store if searcher is None else searcher,
-                collection,
-                k=k,
-                measures=default_measures(cfg.k_values) if measures is None else measures,
-                batch_size=cfg.batch_size,
-                workers=cfg.workers,
-                progress=ctx.progress,
-                seed=cfg.seed,
-                checkpoint_dir=_checkpoint_dir(ctx, label),
-                checkpoint_key=ckpt_key,
-            )
-            res = _evaluate(ctx, label, ev, q, qrels, query_ids, doc_ids, docs.shape[0], build_s)
-            fid = None
+        labelled = {name: queries, **{f"{name}[{v}]": vq for v, vq in (variants or {}).items()}}
+        for label, q in labelled.items():
+            res, ranking = _one_ranking(ctx, spec, label, docs, doc_ids, q, query_ids, qrels)
             if cfg.ann_fidelity and label == name and searcher is None:
                 rep = _fidelity(store, collection, docs, doc_ids, q, k, cfg.batch_size)
-                fid = rep.as_metrics()
+                ranking = replace(ranking, fidelity=rep.as_metrics())
                 if not rep.ok:
                     ctx.note(
                         f"{label}: the store's results fail the truth check ({rep.first_problem})"
                     )
-            out[label] = ranking_result(
-                label, res, n_docs=docs.shape[0], index_build_s=build_s, fidelity=fid
-            )
-            ctx.done[label] = out[label]
+            out[label] = ctx.done[label] = ranking
             if runs is not None:
                 runs[label] = res.run
             frame = res.per_query.copy()
@@ -223,6 +228,74 @@ def index_and_evaluate(
         except Exception as exc:  # dropping must not hide the real error
             log.warning("dropping collection %s failed: %s", collection, exc)
     return out
+
+
+@dataclass(frozen=True)
+class _Spec:
+    """What every ranking of one index shares."""
+
+    collection: str
+    searcher: Any
+    measures: list[str]
+    k: int
+    ckpt_key: str
+    build_s: float
+
+
+def _one_ranking(
+    ctx: Any,
+    spec: _Spec,
+    label: str,
+    docs: Any,
+    doc_ids: np.ndarray,
+    q: Any,
+    query_ids: Any,
+    qrels: Any,
+) -> tuple[BenchmarkResult, RankingResult]:
+    """Evaluate one query set (one rank deeper than the cut-offs, to see tie
+    groups crossing them), then score it tie-aware."""
+    from imsearch_align.experiment.tie_aware import (
+        close_groups,
+        is_exact,
+        tie_summary,
+        tolerance_for,
+    )
+    from imsearch_align.framework.interfaces import CollectionCatalog
+    from imsearch_align.framework.ties import tie_aware_evaluate
+
+    cfg = ctx.config
+    ev = BenchmarkEvaluator(
+        spec.searcher,
+        spec.collection,
+        k=spec.k + 1,
+        measures=spec.measures,
+        batch_size=cfg.batch_size,
+        workers=cfg.workers,
+        progress=ctx.progress,
+        seed=cfg.seed,
+        checkpoint_dir=_checkpoint_dir(ctx, label),
+        checkpoint_key=spec.ckpt_key,
+    )
+    res = _evaluate(ctx, label, ev, q, qrels, query_ids, doc_ids, docs.shape[0], spec.build_s)
+    tol = tolerance_for(cfg, q)
+    exact = is_exact(spec.searcher)
+    run, n_ext, ext_s = res.run, 0, 0.0
+    if exact:
+        s = spec.searcher
+        count = s.count(spec.collection) if isinstance(s, CollectionCatalog) else docs.shape[0]
+        run, n_ext, ext_s = close_groups(s, spec.collection, run, q, query_ids, spec.k, tol, count)
+    ta = tie_aware_evaluate(
+        run,
+        qrels,
+        [m for m in spec.measures if m in res.measures],
+        tol=tol,
+        groups_closed=exact,
+        failed_queries=list(res.errors),
+        lenient=True,
+    )
+    ranking = ranking_result(label, res, n_docs=docs.shape[0], index_build_s=spec.build_s, ties=ta)
+    ranking = replace(ranking, ties=tie_summary(ta, exact=exact, n_extended=n_ext, extend_s=ext_s))
+    return res, ranking
 
 
 def _checkpoint_dir(ctx: Any, label: str) -> Any:

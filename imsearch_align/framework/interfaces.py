@@ -33,6 +33,7 @@ __all__ = [
     "CollectionCatalog",
     "EmbeddingProvider",
     "EstimatorParams",
+    "ExactSearch",
     "IdLookupProvider",
     "SearchResult",
     "StoreProvenance",
@@ -309,3 +310,16 @@ class EstimatorParams(Protocol):
     def get_params(self, deep: bool = True) -> dict[str, Any]:
         """Constructor parameters by name."""
         ...
+
+
+@runtime_checkable
+class ExactSearch(Protocol):
+    """A store that says whether its search is exact (every vector scored).
+
+    An exact store can be searched deeper until a tie group crossing the
+    cut-off closes; an approximate one cannot return a whole group, and
+    tie-aware results say so (see :mod:`imsearch_align.experiment.tie_aware`).
+    A store that does not declare it is treated as approximate.
+    """
+
+    exact: bool

@@ -1,0 +1,112 @@
+"""Tie-aware scoring of a ranking, as every experiment reports it.
+
+Two stores that compute the same inner products round them differently in
+the last bits, so documents within a few ulps of each other rank in a
+store-dependent order. The experiment therefore reports each measure's
+**expected value over the orders of tied documents** (McSherry and Najork,
+ECIR 2008; :mod:`imsearch_align.framework.ties`), beside the value under the
+id-ascending tie rule, the number of queries whose value depends on tie
+order, and the lowest and highest mean reachable by breaking ties against or
+for the relevant documents.
+
+Scores tie when they are within ``tie_tolerance`` relative (default: tied to
+float32 epsilon and the dimension, :func:`~imsearch_align.framework.ties.default_tolerance`).
+The store is asked for one result more than the largest cut-off, so a tie
+group crossing the cut-off is seen. An exact store is then searched deeper
+for the rows whose group is still open, until every group closes (the
+result says ``groups: closed``); an approximate store cannot return a whole
+group, so such queries are scored over the members it returned and counted
+as ``truncated``.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from imsearch_align.framework.interfaces import ExactSearch
+from imsearch_align.framework.metrics import Run
+from imsearch_align.framework.validation import is_sparse
+
+__all__ = ["close_groups", "is_exact", "tie_summary", "tolerance_for"]
+
+
+def is_exact(store: Any) -> bool:
+    """Whether the store declares its search exact (:class:`ExactSearch`)."""
+    return isinstance(store, ExactSearch) and bool(store.exact)
+
+
+def tolerance_for(config: Any, queries: Any) -> float:
+    """``config.tie_tolerance``, or the default for the queries' dimension
+    (a sparse query's dimension is its largest number of non-zeros)."""
+    from imsearch_align.framework.ties import default_tolerance
+
+    if config.tie_tolerance is not None:
+        return float(config.tie_tolerance)
+    if is_sparse(queries):
+        nnz = np.diff(queries.indptr)
+        dim = int(nnz.max()) if len(nnz) else 1
+    else:
+        dim = int(queries.shape[1])
+    return default_tolerance(max(dim, 1))
+
+
+def close_groups(
+    store: Any,
+    collection: str,
+    run: Run,
+    queries: Any,
+    query_ids: np.ndarray,
+    k: int,
+    tol: float,
+    count: int,
+) -> tuple[Run, int, float]:
+    """Search an exact store deeper for the rows whose tie group at rank ``k`` is
+    still open, doubling the depth until every group closes.
+
+    Returns the extended run, the number of rows searched again and the time
+    it took. A row that already holds every document gets a no-hit column,
+    which closes its last group (nothing in the store can extend it).
+    """
+    from imsearch_align.framework.ties import open_tie_groups
+
+    t0 = time.perf_counter()
+    open_rows = np.flatnonzero(open_tie_groups(run, k, tol=tol))
+    if not len(open_rows):
+        return run, 0, 0.0
+    ids, scores = run.doc_ids.copy(), run.scores.astype(np.float64)
+    pos = pd.Index(np.asarray(query_ids)).get_indexer(np.asarray(run.query_ids))
+    depth, rows, n_extended = run.k, open_rows, len(open_rows)
+    while len(rows) and depth < count:
+        depth = min(2 * depth, count)
+        res = store.search(collection, queries[pos[rows]], depth)
+        if ids.shape[1] < depth:
+            pad = depth - ids.shape[1]
+            ids = np.pad(ids, ((0, 0), (0, pad)), constant_values=-1)
+            scores = np.pad(scores, ((0, 0), (0, pad)), constant_values=-np.inf)
+        ids[rows, : res.k], scores[rows, : res.k] = res.ids, res.scores
+        sub = Run.from_arrays(run.query_ids[rows], ids[rows], scores[rows], assume_sorted=True)
+        rows = rows[open_tie_groups(sub, k, tol=tol)]
+    if ids.shape[1] >= count:  # a full row holds every document: its last group is closed
+        ids = np.pad(ids, ((0, 0), (0, 1)), constant_values=-1)
+        scores = np.pad(scores, ((0, 0), (0, 1)), constant_values=-np.inf)
+    extended = Run.from_arrays(run.query_ids, ids, scores, assume_sorted=True)
+    return extended, n_extended, time.perf_counter() - t0
+
+
+def tie_summary(ta: Any, *, exact: bool, n_extended: int, extend_s: float) -> dict[str, Any]:
+    """The JSON-ready tie report of one ranking (see the module docstring)."""
+    lo, hi, dep, trunc = ta.low_mean(), ta.high_mean(), ta.n_tie_dependent, ta.n_truncated
+    return {
+        "tolerance": float(ta.tol),
+        "groups": "closed" if exact else "truncated at k (approximate store)",
+        "rows_searched_deeper": int(n_extended),
+        "search_deeper_s": float(extend_s),
+        "measures": {
+            m: {"low": lo[m], "high": hi[m], "n_tie_dependent": dep[m], "n_truncated": trunc[m]}
+            for m in ta.measures
+        },
+    }
