@@ -3,7 +3,11 @@
 Dense search is a tiled float32 matrix product ``Q @ D.T`` followed by an
 exact partial top-k per tile and a merge across tiles; the tiles keep the
 score buffer under ``max_memory_mb``. Sparse search (scipy CSR, e.g. ASIF)
-computes ``Q @ D.T`` tile by tile with scipy and selects the same way.
+is :func:`imsearch_align.adapters.sparse_search.sparse_topk`: an exact,
+pruned, multi-threaded sparse product that never forms a score block
+(working memory per worker ~ ``12 x docs + 8 x dim`` bytes, bounded by the
+same ``max_memory_mb``), answering with the documents whose inner product
+with the query is non-zero (the sparse no-hit rule of the interfaces).
 
 Tie rule, exactly: rank by score descending, then doc id ascending. Docs are
 kept sorted by id, so within a tile "id ascending" is "column ascending";
@@ -29,6 +33,7 @@ from typing import Any
 import numpy as np
 
 from imsearch_align.adapters.base import BaseStore, CollectionInfo, finalize_rows
+from imsearch_align.adapters.sparse_search import SparseCollection
 from imsearch_align.framework.interfaces import SearchResult
 from imsearch_align.framework.registry import STORES
 from imsearch_align.framework.validation import check_int
@@ -108,11 +113,14 @@ class ExactStore(BaseStore):
     """Brute-force inner-product search over dense float32 or sparse CSR vectors.
 
     Args:
-        max_memory_mb: bound on the score tile (``queries x docs x 4`` bytes
-            plus selection temporaries); larger tiles run closer to the raw
-            matrix product.
+        max_memory_mb: bound on the working memory of a search: the dense
+            score tile (``queries x docs x 4`` bytes plus selection
+            temporaries; larger tiles run closer to the raw matrix product),
+            or the sparse search's per-worker buffers.
         topk: ``"auto"`` (torch if installed, else numpy), ``"numpy"`` or
             ``"torch"``; see the module docstring for the measurement.
+        threads: workers of the sparse search (``None`` = the CPUs this
+            process may use); dense search uses the BLAS threads.
 
     Example:
         >>> import numpy as np
@@ -125,12 +133,15 @@ class ExactStore(BaseStore):
 
     supports_sparse = True
 
-    def __init__(self, *, max_memory_mb: int = 512, topk: str = "auto") -> None:
+    def __init__(
+        self, *, max_memory_mb: int = 512, topk: str = "auto", threads: int | None = None
+    ) -> None:
         super().__init__()
         self.max_memory_mb = check_int(max_memory_mb, "max_memory_mb", low=1)
         if topk not in _TOPK_BACKENDS:
             raise ValueError(f"topk must be one of {list(_TOPK_BACKENDS)}, got {topk!r}")
         self.topk = topk
+        self.threads = None if threads is None else check_int(threads, "threads", low=1)
 
     def _backend(self) -> str:
         if self.topk == "auto":
@@ -141,12 +152,19 @@ class ExactStore(BaseStore):
             )
         return self.topk
 
-    # state: dict with "chunks" (list of (vectors, ids)) and the consolidated,
-    # id-sorted "data" / "ids" built lazily at the first search after an insert.
+    # state: a SparseCollection for sparse collections; else a dict with
+    # "chunks" (list of (vectors, ids)) and the consolidated, id-sorted
+    # "data" / "ids" built lazily at the first search after an insert.
     def _create(self, info: CollectionInfo) -> None:
-        info.state = {"chunks": [], "data": None, "ids": None}
+        if info.sparse:
+            info.state = SparseCollection()
+        else:
+            info.state = {"chunks": [], "data": None, "ids": None}
 
     def _insert(self, info: CollectionInfo, vectors: Any, ids: np.ndarray) -> None:
+        if info.sparse:
+            info.state.add(vectors, ids)
+            return
         st = info.state
         st["chunks"].append((vectors, ids))
         st["data"] = st["ids"] = None
@@ -157,17 +175,17 @@ class ExactStore(BaseStore):
             vecs = [v for v, _ in st["chunks"]]
             ids = np.concatenate([i for _, i in st["chunks"]])
             order = np.argsort(ids, kind="stable")
-            if info.sparse:
-                import scipy.sparse as sp
-
-                data = sp.vstack(vecs, format="csr", dtype=np.float32)[order]
-            else:
-                data = np.concatenate(vecs)[order] if len(vecs) > 1 else vecs[0][order]
+            data = np.concatenate(vecs)[order] if len(vecs) > 1 else vecs[0][order]
             st["data"], st["ids"] = data, ids[order]
             st["chunks"] = [(data, st["ids"])]
         return st["data"], st["ids"]
 
     def _search(self, info: CollectionInfo, queries: Any, k: int) -> SearchResult:
+        if info.sparse:
+            ids, scores = info.state.search(
+                queries, k, max_memory_mb=self.max_memory_mb, threads=self.threads
+            )
+            return SearchResult(ids=ids, scores=scores)
         data, ids = self._consolidated(info)
         backend = self._backend()
         nq, n = queries.shape[0], data.shape[0]
@@ -179,18 +197,15 @@ class ExactStore(BaseStore):
         qb = max(1, min(nq, cells // db))
         out_ids = np.empty((nq, kk), dtype=np.int64)
         out_scores = np.empty((nq, kk), dtype=np.float32)
-        buf = None if info.sparse else np.empty(qb * db, dtype=np.float32)
+        buf = np.empty(qb * db, dtype=np.float32)
         for q0 in range(0, nq, qb):
             qs = queries[q0 : q0 + qb]
             best_i = best_s = None
             for d0 in range(0, n, db):
                 dt = data[d0 : d0 + db]
-                if info.sparse:
-                    s = (qs @ dt.T).toarray().astype(np.float32, copy=False)
-                else:
-                    # a contiguous view of one reused buffer: no page faults per tile
-                    s = buf[: qs.shape[0] * dt.shape[0]].reshape(qs.shape[0], dt.shape[0])
-                    np.matmul(qs, dt.T, out=s)
+                # a contiguous view of one reused buffer: no page faults per tile
+                s = buf[: qs.shape[0] * dt.shape[0]].reshape(qs.shape[0], dt.shape[0])
+                np.matmul(qs, dt.T, out=s)
                 cols, vals = topk_exact(s, kk, backend=backend)
                 tile_ids = ids[d0 + cols]
                 if best_i is None:

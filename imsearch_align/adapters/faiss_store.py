@@ -10,9 +10,14 @@ ascending) with one vectorised ``np.lexsort``, because faiss orders equal
 scores arbitrarily. (Which of several docs tied at the k-th score is
 returned is faiss's choice; the conformance kit compares tie-tolerantly.)
 
-Sparse collections (ASIF) are densified to float32 on insert when the dense
-matrix fits ``max_dense_gb`` (a log line says so); beyond that a clear error
-points to MilvusStore (native sparse) or ExactStore.
+Sparse collections (ASIF) are searched with the exact sparse kernel of
+:mod:`imsearch_align.adapters.sparse_search`, the same one ExactStore uses
+(so both stores answer sparse queries identically), with the sparse no-hit
+rule: FAISS has no sparse index, and densifying (the former path) cost
+``docs x dim x 4`` bytes (47,675 x 29,000 float32 = 5.2 GiB for Flickr30k's
+captions at N = 29,000) and a dense product ``dim / non_zeros`` times larger
+than needed. ``index`` (flat / hnsw / ivf) applies to dense collections
+only; a sparse collection is always searched exactly (logged once).
 
 Speed note (``benchmarks/perf_stores.py``): the faiss-cpu wheel's bundled
 OpenBLAS falls back to a generic kernel on some CPUs, so ``IndexFlatIP`` can
@@ -28,6 +33,7 @@ from typing import Any
 import numpy as np
 
 from imsearch_align.adapters.base import BaseStore, CollectionInfo, finalize_rows
+from imsearch_align.adapters.sparse_search import SparseCollection
 from imsearch_align.framework.interfaces import SearchResult
 from imsearch_align.framework.registry import STORES
 from imsearch_align.framework.validation import check_int
@@ -66,14 +72,17 @@ class FaissStore(BaseStore):
         nlist: IVF lists; trained with k-means on the first insert into a
             collection and capped at that insert's row count (logged), so
             insert the bulk of a collection in its first call.
-        nprobe: IVF lists visited per query (read at every search).
+        nprobe: IVF lists visited per query (read at every search); a query
+            whose lists hold fewer than ``k`` vectors is searched again in
+            every list, so each row has ``min(k, count)`` hits.
         gpu: ``"auto"`` = faiss GPU indexes when ``faiss.get_num_gpus() > 0``,
             else CPU; ``True`` = GPU or a clear error; ``False`` = CPU. HNSW
             has no faiss GPU version and stays on CPU (logged).
         threads: faiss OpenMP threads (``faiss.omp_set_num_threads``, which
-            is process-wide); ``None`` keeps faiss's default.
-        max_dense_gb: largest dense float32 matrix (GiB) a sparse collection
-            may be densified into.
+            is process-wide) and workers of the sparse search; ``None`` keeps
+            faiss's default (sparse search: the CPUs this process may use).
+        max_memory_mb: working-memory bound of a sparse search (see
+            :func:`~imsearch_align.adapters.sparse_search.sparse_topk`).
 
     Example:
         >>> import numpy as np
@@ -84,7 +93,7 @@ class FaissStore(BaseStore):
         [[7, 3, -1]]
     """
 
-    #: Sparse collections are accepted (densified up to ``max_dense_gb``).
+    #: Sparse collections are accepted (searched by the exact sparse kernel).
     supports_sparse = True
 
     def __init__(
@@ -98,7 +107,7 @@ class FaissStore(BaseStore):
         nprobe: int = 16,
         gpu: bool | str = "auto",
         threads: int | None = None,
-        max_dense_gb: float = 4.0,
+        max_memory_mb: int = 512,
     ) -> None:
         super().__init__()
         if index not in _INDEXES:
@@ -113,9 +122,7 @@ class FaissStore(BaseStore):
             raise ValueError(f"gpu must be 'auto', True or False, got {gpu!r}")
         self.gpu = gpu
         self.threads = None if threads is None else check_int(threads, "threads", low=1)
-        if not isinstance(max_dense_gb, int | float) or not max_dense_gb > 0:
-            raise ValueError(f"max_dense_gb must be a positive number, got {max_dense_gb!r}")
-        self.max_dense_gb = float(max_dense_gb)
+        self.max_memory_mb = check_int(max_memory_mb, "max_memory_mb", low=1)
 
         self._faiss = _import_faiss()
         if self.threads is not None:
@@ -158,48 +165,53 @@ class FaissStore(BaseStore):
                 idx = faiss.index_cpu_to_gpu(self._gpu_res, 0, idx)
         return idx
 
-    def _dense(self, info: CollectionInfo, m: Any, n_after: int, what: str) -> np.ndarray:
-        """Densify a CSR matrix of a sparse collection, within ``max_dense_gb``."""
-        if not info.sparse:
-            return m
-        gib = n_after * info.dim * 4 / 2**30
-        if gib > self.max_dense_gb:
-            raise MemoryError(
-                f"{what}: sparse collection {info.name!r} would densify to {n_after:,} x "
-                f"{info.dim:,} float32 = {gib:.2f} GiB, above max_dense_gb={self.max_dense_gb:g}; "
-                "use MilvusStore (native sparse vectors) or ExactStore (sparse CSR search), "
-                "or raise max_dense_gb"
-            )
-        if what == "vectors":
-            log.info(
-                "FaissStore: densifying sparse vectors of %r to float32 (%d x %d, %.3f GiB total)",
-                info.name,
-                m.shape[0],
-                info.dim,
-                gib,
-            )
-        return np.ascontiguousarray(m.toarray(), dtype=np.float32)
-
     # -- hooks -------------------------------------------------------------------
+    def _create(self, info: CollectionInfo) -> None:
+        if info.sparse:
+            info.state = SparseCollection()
+            if self.index != "flat":
+                log.info(
+                    "FaissStore: sparse collection %r is searched exactly (FAISS has no sparse "
+                    "index; index=%r applies to dense collections)",
+                    info.name,
+                    self.index,
+                )
+
     def _insert(self, info: CollectionInfo, vectors: Any, ids: np.ndarray) -> None:
-        x = self._dense(info, vectors, info.count + vectors.shape[0], "vectors")
+        if info.sparse:
+            info.state.add(vectors, ids)
+            return
         if info.state is None:
-            info.state = self._new_index(info.dim, x.shape[0])
+            info.state = self._new_index(info.dim, vectors.shape[0])
         idx = info.state
         if not idx.is_trained:
-            idx.train(x)
-        idx.add(x)
+            idx.train(vectors)
+        idx.add(vectors)
 
     def _search(self, info: CollectionInfo, queries: Any, k: int) -> SearchResult:
-        q = self._dense(info, queries, queries.shape[0], "queries")
+        if info.sparse:
+            ids, scores = info.state.search(
+                queries, k, max_memory_mb=self.max_memory_mb, threads=self.threads
+            )
+            return SearchResult(ids=ids, scores=scores)
         kk = min(k, info.count)
         if self.uses_gpu and self.index != "hnsw" and kk > _GPU_MAX_K:
             raise ValueError(
                 f"k must be at most {_GPU_MAX_K} on a faiss GPU index (collection has "
                 f"{info.count} rows), got {k}; use gpu=False or ExactStore"
             )
-        self._set_search_params(info.state)
-        scores, pos = info.state.search(q, kk)
+        idx = info.state
+        self._set_search_params(idx)
+        scores, pos = idx.search(queries, kk)
+        short = np.flatnonzero((pos < 0).any(axis=1))
+        if short.size and self.index == "ivf" and idx.nprobe < idx.nlist:
+            # A dense collection answers with min(k, count) hits; the probed
+            # lists of these rows held fewer: search those rows in every list.
+            idx.nprobe = idx.nlist
+            try:
+                scores[short], pos[short] = idx.search(queries[short], kk)
+            finally:
+                self._set_search_params(idx)
         ids = np.where(pos >= 0, info.ids[np.maximum(pos, 0)], -1)
         return finalize_rows(ids, scores, k)
 
@@ -214,13 +226,20 @@ class FaissStore(BaseStore):
 
     # -- extras --------------------------------------------------------------------
     def faiss_index(self, name: str) -> Any:
-        """The underlying faiss index of a collection (``None`` before the first insert).
+        """The underlying faiss index of a dense collection (``None`` before the first insert).
 
         Positions in it are insertion order; ``search`` parameters
         (``efSearch``, ``nprobe``) are applied by :meth:`search` only. Meant
-        for measurements against the raw library call.
+        for measurements against the raw library call. A sparse collection
+        has no faiss index (``TypeError``).
         """
-        idx = self._get(name).state
+        info = self._get(name)
+        if info.sparse:
+            raise TypeError(
+                f"name: collection {name!r} is sparse and has no faiss index "
+                "(it is searched by the exact sparse kernel); expected a dense collection"
+            )
+        idx = info.state
         if idx is not None:
             self._set_search_params(idx)
         return idx

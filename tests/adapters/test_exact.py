@@ -10,7 +10,9 @@ from hypothesis import strategies as st
 
 from imsearch_align.adapters.base import CollectionExistsError, CollectionNotFoundError
 from imsearch_align.adapters.exact import ExactStore, topk_exact
-from imsearch_align.testing.store_conformance import StoreConformance
+from imsearch_align.testing.store_conformance import StoreConformance, assert_exact_topk
+
+EPS32 = float(np.finfo(np.float32).eps)
 
 
 class TestExactConformance(StoreConformance):
@@ -98,42 +100,85 @@ def test_topk_exact_boundary_ties_pick_lowest_columns():
         assert vals.tolist() == [[5, 5], [3, 3]]
 
 
-def test_torch_and_numpy_give_identical_results_on_float_data():
+def test_torch_and_numpy_agree_on_float_data_and_match_the_product():
     pytest.importorskip("torch")
     rng = np.random.default_rng(1)
-    x = rng.standard_normal((5000, 64)).astype(np.float32)
+    d = 64
+    x = rng.standard_normal((5000, d)).astype(np.float32)
     x[2500:3000] = x[:500]  # duplicated rows: exact ties across tiles
-    q = rng.standard_normal((300, 64)).astype(np.float32)
+    q = rng.standard_normal((300, d)).astype(np.float32)
     ids = rng.permutation(5000).astype(np.int64)
     results = []
     for topk in ("numpy", "torch"):
         with ExactStore(topk=topk, max_memory_mb=2) as s:
-            s.create_collection("c", 64)
+            s.create_collection("c", d)
             s.insert("c", x, ids)
             results.append(s.search("c", q, 50))
+    # Same tiles, same product call: the two top-k backends see identical
+    # scores and the tie fix-up makes the selection unique.
     np.testing.assert_array_equal(results[0].ids, results[1].ids)
     np.testing.assert_array_equal(results[0].scores, results[1].scores)
-    # and the scores are the float32 product itself (same BLAS call as numpy's)
-    ref = q @ x.T
-    np.testing.assert_array_equal(
-        results[0].scores[:, 0],
-        np.take_along_axis(ref, np.argsort(ids)[results[0].ids[:, :1]], 1)[:, 0],
-    )
+    # Against the untiled product (another BLAS call, so other rounding, on
+    # any CPU): scores to float32 precision for this dimension, ranking
+    # tie-aware against the float64 brute force.
+    for res in results:
+        assert_exact_topk(res, q, x, ids, 50, rtol=4 * d * EPS32)
+        ref = q.astype(np.float64) @ x.astype(np.float64).T
+        got = np.take_along_axis(ref, np.argsort(ids)[res.ids], 1)
+        bound = 2 * d * EPS32 * (np.abs(q) @ np.abs(x).T).max(axis=1, keepdims=True)
+        assert (np.abs(res.scores - got) <= bound).all()
+
+
+def sparse_oracle(q, x, ids, k):
+    """The sparse rule on the definition: only non-zero inner products, at most k, padded."""
+    all_i, all_s = oracle(q, x, ids, len(ids))
+    out_i = np.full((len(q), k), -1, dtype=np.int64)
+    out_s = np.full((len(q), k), -np.inf)
+    for r in range(len(q)):
+        keep = all_s[r] != 0
+        hi, hs = all_i[r][keep][:k], all_s[r][keep][:k]
+        out_i[r, : len(hi)], out_s[r, : len(hs)] = hi, hs
+    return out_i, out_s
 
 
 def test_sparse_equals_dense_on_exact_scores():
+    """Integer data: every product and sum is exact, so both paths give the same numbers."""
     x, q, ids = tie_heavy(800, 30, 10, seed=2)
     with ExactStore(max_memory_mb=1) as s:
         s.create_collection("d", 10)
         s.insert("d", x, ids)
         s.create_collection("s", 10, sparse=True)
-        s.insert("s", sp.csr_matrix(x), ids)
+        s.insert("s", sp.csr_matrix(x[:300]), ids[:300])  # two inserts: sorted by id
+        s.insert("s", sp.csr_matrix(x[300:]), ids[300:])
         for k in (1, 10, 900):
-            a = s.search("d", q, k)
-            b = s.search("s", sp.csr_matrix(q), k)
-            np.testing.assert_array_equal(a.ids, b.ids)
-            np.testing.assert_array_equal(a.scores, b.scores)
-            np.testing.assert_array_equal(a.ids, oracle(q, x, ids, k)[0])
+            dense, sparse = s.search("d", q, k), s.search("s", sp.csr_matrix(q), k)
+            want_i, want_s = oracle(q, x, ids, k)
+            np.testing.assert_array_equal(dense.ids, want_i)
+            np.testing.assert_array_equal(dense.scores, want_s.astype(np.float32))
+            # the sparse rule: the documents with a non-zero inner product only
+            want_i, want_s = sparse_oracle(q, x, ids, k)
+            np.testing.assert_array_equal(sparse.ids, want_i)
+            np.testing.assert_array_equal(sparse.scores, want_s.astype(np.float32))
+        assert (sparse.ids == -1).any()  # k = 900 > the matches: padded
+
+
+def test_sparse_query_sharing_no_term_gets_no_hit():
+    x = sp.csr_matrix(np.array([[1, 0, 0], [0, 2, 0]], np.float32))
+    with ExactStore() as s:
+        s.create_collection("s", 3, sparse=True)
+        s.insert("s", x, np.array([5, 3]))
+        r = s.search("s", sp.csr_matrix(np.array([[0, 0, 1], [1, 1, 0]], np.float32)), 3)
+    assert r.ids.tolist() == [[-1, -1, -1], [3, 5, -1]]
+    assert np.isneginf(r.scores[0]).all() and r.scores[1, :2].tolist() == [2.0, 1.0]
+
+
+def test_sparse_memory_budget_too_small_names_the_need():
+    x = sp.csr_matrix(np.eye(200_000, 5, dtype=np.float32))
+    with ExactStore(max_memory_mb=1) as s:
+        s.create_collection("s", 5, sparse=True)
+        s.insert("s", x, np.arange(200_000))
+        with pytest.raises(MemoryError, match=r"max_memory_mb=1 is too small for one query row"):
+            s.search("s", x[:2], 3)
 
 
 def test_empty_and_k_larger():
@@ -282,3 +327,5 @@ def test_constructor_arguments():
         ExactStore(topk="cuda")
     with pytest.raises(ValueError, match=r"max_memory_mb must be in \[1, inf\], got 0"):
         ExactStore(max_memory_mb=0)
+    with pytest.raises(ValueError, match=r"threads must be in \[1, inf\], got 0"):
+        ExactStore(threads=0)
