@@ -61,7 +61,8 @@ DEFAULT_METRICS = (
 )
 #: Speed columns shown by default (those present).
 DEFAULT_SPEED = ("t2i.queries_per_s", "i2t.queries_per_s", "classification.queries_per_s", "fit_s")
-_CI_SUFFIXES = (".ci_low", ".ci_high")
+#: Bound columns beside a metric: bootstrap interval, tie-order bounds, tie-rule value.
+_CI_SUFFIXES = (".ci_low", ".ci_high", ".tie_low", ".tie_high", ".tie_rule")
 _TAIL = ("status_reasons", "error", "key", "created", "path", "per_query_file")
 
 
@@ -142,7 +143,11 @@ def load_results(paths: Iterable[str | os.PathLike]) -> pd.DataFrame:
 def metric_columns(df: pd.DataFrame) -> list[str]:
     """Metric columns: ``ranking/measure`` names (intervals excluded), then
     CLIP_benchmark aliases."""
-    canon = [c for c in df.columns if "/" in str(c) and not str(c).endswith(_CI_SUFFIXES)]
+    canon = [
+        c
+        for c in df.columns
+        if "/" in str(c) and " " not in str(c) and not str(c).endswith(_CI_SUFFIXES)
+    ]
     alias = [
         c
         for c in df.columns
@@ -195,6 +200,10 @@ def _fmt(col: str, v: Any, digits: int) -> str:
 def _header(col: str) -> str:
     if col.endswith(".queries_per_s"):
         return f"{col.split('.', 1)[0]} QPS"
+    if col.endswith(".n_tie_dependent"):
+        return f"{col.split('.', 1)[0]} tie-dependent queries"
+    if col.endswith(" tie range"):
+        return label(col[: -len(" tie range")]) + " range over tie orders"
     return {"image_encoder": "image enc", "text_encoder": "text enc"}.get(col, label(col))
 
 
@@ -218,6 +227,17 @@ def _params_column(df: pd.DataFrame) -> pd.Series | None:
 
     s = df.apply(cell, axis=1)
     return s if (s != "").any() else None
+
+
+def _tie_range_column(df: pd.DataFrame, sort_by: str | None) -> pd.Series | None:
+    """``[low, high]`` of the sort metric over tie orders, when some row depends on them."""
+    if not sort_by or f"{sort_by}.tie_low" not in df.columns:
+        return None
+    lo, hi = df[f"{sort_by}.tie_low"], df[f"{sort_by}.tie_high"]
+    if not ((hi - lo).abs() > 0).any():
+        return None
+    cell = ["" if pd.isna(a) or a == b else f"[{a:.4f}, {b:.4f}]" for a, b in zip(lo, hi)]
+    return pd.Series(cell, index=df.index, name=f"{sort_by} tie range")
 
 
 def _check_column(df: pd.DataFrame, name: str, arg: str) -> None:
@@ -294,8 +314,16 @@ def to_markdown(
     params = _params_column(df)
     if params is not None:
         df = df.assign(params=params)
+    ties = _tie_range_column(df, sort_by)
+    if ties is not None:
+        df = df.assign(**{ties.name: ties})
     if columns is None:
         columns = _default_columns(df, sort_by, params is not None)
+        if ties is not None:
+            ranking = str(sort_by).split("/", 1)[0]
+            columns[columns.index(sort_by) + 1 : columns.index(sort_by) + 1] = [ties.name]
+            if f"{ranking}.n_tie_dependent" in df.columns:
+                columns.insert(columns.index(ties.name) + 1, f"{ranking}.n_tie_dependent")
     else:
         for c in columns:
             _check_column(df, c, "columns entry")

@@ -137,6 +137,13 @@ def flatten(result: Any) -> dict[str, Any]:
     for r in result.rankings.values():
         for m, (lo, hi) in r.intervals.items():
             row[f"{r.name}/{m}.ci_low"], row[f"{r.name}/{m}.ci_high"] = lo, hi
+        for m, v in r.tie_rule.items():
+            row[f"{r.name}/{m}.tie_rule"] = v
+        for m, t in (r.ties.get("measures") or {}).items():
+            row[f"{r.name}/{m}.tie_low"], row[f"{r.name}/{m}.tie_high"] = t["low"], t["high"]
+        if r.ties:
+            row[f"{r.name}.n_tie_dependent"] = r.n_tie_dependent
+            row[f"{r.name}.tie_groups"] = r.ties.get("groups")
         for k in ("n_queries", "n_failed", "n_missing"):
             row[f"{r.name}.{k}"] = getattr(r, k)
         t = r.timings
@@ -216,7 +223,33 @@ def _ranking_table(result: Any) -> list[str]:
             ]
         )
     headers = ["ranking", *(label(f"x/{c}").split(" ", 1)[1] for c in cols), *fid, "QPS", "failed"]
-    return ["", text_table(headers, rows), HEADLINE_LEGEND]
+    return [
+        "",
+        text_table(headers, rows),
+        HEADLINE_LEGEND,
+        *_tie_lines(result, names, f"HitRate@{ks[0]}"),
+    ]
+
+
+def _tie_lines(result: Any, names: Sequence[str], measure: str) -> list[str]:
+    """What depends on tie order: counts and the bounds of the headline measure."""
+    parts, groups, tol = [], "", None
+    for n in names:
+        r = result.rankings[n]
+        t = (r.ties.get("measures") or {}).get(measure)
+        if not t:
+            continue
+        groups, tol = r.ties.get("groups", ""), r.ties.get("tolerance")
+        if r.n_tie_dependent:
+            parts.append(
+                f"{n}: {r.n_tie_dependent} queries depend on tie order, {measure} "
+                f"{fmt(r.metrics.get(measure))} in [{fmt(t['low'])}, {fmt(t['high'])}] "
+                f"(tie rule {fmt(r.tie_rule.get(measure))})"
+            )
+    if tol is None:
+        return []
+    head = f"ties (scores within {tol:.2g} relative; groups {groups}): values are expected over tie orders"
+    return [head + ("; " + "; ".join(parts) if parts else "; no query depends on tie order")]
 
 
 def summary(result: Any) -> str:
