@@ -122,6 +122,11 @@ class ExactStore(BaseStore):
         threads: workers of the sparse search (``None`` = the CPUs this
             process may use); dense search uses the BLAS threads.
 
+    Memory: a single insert whose ids are already ascending (dense), or in
+    id order (sparse), is kept by reference, not copied: do not modify an
+    array after inserting it. Other inserts are stacked and sorted by id
+    into one copy at the first search.
+
     Example:
         >>> import numpy as np
         >>> with ExactStore() as s:
@@ -174,9 +179,14 @@ class ExactStore(BaseStore):
         if st["data"] is None:
             vecs = [v for v, _ in st["chunks"]]
             ids = np.concatenate([i for _, i in st["chunks"]])
-            order = np.argsort(ids, kind="stable")
-            data = np.concatenate(vecs)[order] if len(vecs) > 1 else vecs[0][order]
-            st["data"], st["ids"] = data, ids[order]
+            if len(vecs) == 1 and (ids[1:] > ids[:-1]).all():
+                # already in id order: keep the inserted array, no second copy
+                data = vecs[0]
+            else:
+                order = np.argsort(ids, kind="stable")
+                data = np.concatenate(vecs)[order] if len(vecs) > 1 else vecs[0][order]
+                ids = ids[order]
+            st["data"], st["ids"] = data, ids
             st["chunks"] = [(data, st["ids"])]
         return st["data"], st["ids"]
 
