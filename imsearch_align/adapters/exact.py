@@ -137,6 +137,10 @@ class ExactStore(BaseStore):
     """
 
     supports_sparse = True
+    #: Every vector is scored (:class:`~imsearch_align.framework.interfaces.ExactSearch`).
+    exact = True
+    #: numba runs the sparse search (and torch, when installed, the dense top-k).
+    provenance_packages = ("numpy", "scipy", "numba", "torch")
 
     def __init__(
         self, *, max_memory_mb: int = 512, topk: str = "auto", threads: int | None = None

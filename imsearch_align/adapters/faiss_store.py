@@ -95,6 +95,8 @@ class FaissStore(BaseStore):
 
     #: Sparse collections are accepted (searched by the exact sparse kernel).
     supports_sparse = True
+    #: faiss itself (CPU or GPU wheel), and numba for sparse collections.
+    provenance_packages = ("faiss-cpu", "faiss-gpu", "numpy", "numba")
 
     def __init__(
         self,
@@ -136,6 +138,14 @@ class FaissStore(BaseStore):
         #: Whether this store builds faiss GPU indexes.
         self.uses_gpu = n_gpus > 0 and gpu in ("auto", True)
         self._gpu_res = None
+
+    @property
+    def exact(self) -> bool:
+        """Whether search scores every vector (``index="flat"``; sparse collections always).
+
+        See :class:`~imsearch_align.framework.interfaces.ExactSearch`.
+        """
+        return self.index == "flat"
 
     # -- index construction ----------------------------------------------------
     def _new_index(self, dim: int, n_train: int) -> Any:

@@ -329,3 +329,12 @@ def test_constructor_arguments():
         ExactStore(max_memory_mb=0)
     with pytest.raises(ValueError, match=r"threads must be in \[1, inf\], got 0"):
         ExactStore(threads=0)
+
+
+def test_declares_exact_search_and_provenance():
+    from imsearch_align.framework.interfaces import ExactSearch
+
+    s = ExactStore()
+    assert isinstance(s, ExactSearch) and s.exact is True
+    pk = s.provenance()["packages"]
+    assert "numpy" in pk and "numba" in pk

@@ -205,3 +205,12 @@ def test_module_imports_without_faiss(monkeypatch):
             mod.FaissStore()
     finally:
         sys.modules["imsearch_align.adapters.faiss_store"] = saved
+
+
+def test_declares_exact_only_for_flat_and_provenance():
+    from imsearch_align.framework.interfaces import ExactSearch
+
+    assert FaissStore("flat").exact is True and isinstance(FaissStore("flat"), ExactSearch)
+    assert FaissStore("hnsw").exact is False and FaissStore("ivf").exact is False
+    pk = FaissStore("flat").provenance()["packages"]
+    assert any(name.startswith("faiss") for name in pk) and "numba" in pk
