@@ -42,10 +42,14 @@ in the spirit of MaxScore; numba kernels in ``_sparse_kernels``):
 
 ASIF's rows are very skewed (cosines raised to the 8th power and
 normalised: a few dozen of the 800 terms hold almost all of a row's norm),
-so step 4 usually stops after 32 to 128 terms. Measured figures and the
-alternatives that were tried (scipy, sparse-dot-topn, torch sparse, a plain
-numba scatter, Seismic) are in ``benchmarks/perf_stores.py`` (section
-``sparse``) and the README.
+so step 4 usually stops after 32 to 128 terms; flatter rows need more. Each
+doc's entries are split into a heavy part (its largest 1/8) and a light
+part with separate posting lists, so the query's terms run through the
+short heavy lists far ahead of the light ones and the bound is the sum of
+two Cauchy-Schwarz terms. Measured figures are produced by part (c) of
+``benchmarks/perf_stores.py`` (``--flickr``), which also times scipy and
+sparse-dot-topn on the same queries; torch sparse, a plain numba scatter
+and Seismic (``pyseismic-lsr``) were measured and not kept (README).
 
 Threads: the kernels release the GIL and run on disjoint query rows from a
 Python thread pool (not numba's threading layer, which is not re-entrant
