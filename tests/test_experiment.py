@@ -616,17 +616,16 @@ def test_unknown_parameter_names_are_refused_before_any_work(tmp_path, monkeypat
             run_experiment(base.replace(**{field: value}), progress=False)
 
 
-def test_sparse_space_too_large_for_a_densifying_store_names_native_stores(tmp_path):
-    cfg = _syn_config("asif", "faiss", tmp_path).replace(store_params={"max_dense_gb": 1e-6})
-    with pytest.raises(
-        ExperimentError, match=r"MilvusStore \(native sparse vectors\) or ExactStore"
-    ):
-        run_experiment(cfg, progress=False)
-    try:
-        run_experiment(cfg, progress=False)
-    except ExperimentError as err:
-        assert isinstance(err.__cause__, MemoryError)
-        assert err.result.status.state == "failed" and "MemoryError" in err.result.status.error
+def test_asif_sparse_spaces_give_the_same_metrics_on_faiss_and_exact(tmp_path):
+    """FaissStore searches sparse collections with the exact sparse kernel (no
+    densifying): its tie-aware metrics equal ExactStore's."""
+    res = {
+        s: run_experiment(_syn_config("asif", s, tmp_path), progress=False)
+        for s in ("exact", "faiss")
+    }
+    assert res["faiss"].method.sparse and res["faiss"].status.ok
+    for m, v in res["exact"].metrics.items():
+        assert res["faiss"].metrics[m] == pytest.approx(v, abs=1e-9), m
 
 
 def test_n_support_larger_than_available(tmp_path):

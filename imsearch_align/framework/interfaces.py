@@ -172,8 +172,8 @@ class VectorStoreAdapter(Protocol):
     (scipy CSR in, sparse dot product out).
     """
 
-    #: Whether the store accepts sparse collections (natively, or by
-    #: densifying them as FaissStore does within a memory budget).
+    #: Whether the store accepts sparse collections (natively, as Milvus does,
+    #: or with the exact sparse kernel, as ExactStore and FaissStore do).
     supports_sparse: bool
 
     def create_collection(

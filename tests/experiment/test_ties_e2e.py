@@ -1,0 +1,115 @@
+"""Tie-aware experiments: exact stores agree on data full of near-duplicates.
+
+Stores round equal inner products differently in the last bits, so under the
+id-ascending tie rule they can disagree; the expected value over tie orders
+must be the same for every exact store (to 1e-9), every store's tie-rule
+value must lie within the reported bounds, and the leaderboard must show
+the bounds and the number of tie-dependent queries.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from imsearch_align.experiment import ConfigError, ExperimentConfig, run_experiment
+
+EXACT_STORES = {
+    "exact": {},
+    "faiss": {"index": "flat"},
+    "lancedb": {},
+    "qdrant": {},
+    "milvus": None,  # Milvus Lite file, FLAT
+}
+
+
+def _near_duplicates(tmp_path):
+    """120 images in 30 groups of 4 near-identical vectors (relative noise 1e-7),
+    two near-identical captions each: most rankings hold tie groups."""
+    rng = np.random.default_rng(0)
+    centres = rng.standard_normal((30, 32)).astype(np.float32)
+    X = np.repeat(centres, 4, axis=0) * (1 + 1e-7 * rng.standard_normal((120, 32))).astype(
+        np.float32
+    )
+    Y = np.repeat(X, 2, axis=0) * (1 + 1e-7 * rng.standard_normal((240, 32))).astype(np.float32)
+    np.save(tmp_path / "image.npy", X)
+    np.save(tmp_path / "text.npy", Y)
+    return {
+        "image_path": str(tmp_path / "image.npy"),
+        "text_path": str(tmp_path / "text.npy"),
+        "test_fraction": 0.5,
+    }
+
+
+def _cfg(tmp_path, store, params):
+    return ExperimentConfig(
+        dataset="precomputed",
+        dataset_params=_near_duplicates(tmp_path),
+        image_encoder=None,
+        text_encoder=None,
+        method="identity",
+        store=store,
+        store_params=params if params is not None else {"uri": str(tmp_path / "lite.db")},
+        cache_dir=None,
+        k_values=(1, 5),
+    )
+
+
+@pytest.fixture(scope="module")
+def results(tmp_path_factory):
+    out = {}
+    for store, params in EXACT_STORES.items():
+        pytest.importorskip(
+            {
+                "faiss": "faiss",
+                "lancedb": "lancedb",
+                "qdrant": "qdrant_client",
+                "milvus": "pymilvus",
+            }.get(store, "numpy")
+        )
+        tmp = tmp_path_factory.mktemp(store)
+        out[store] = run_experiment(
+            _cfg(tmp, store, params), output_dir=tmp / "res", progress=False
+        )
+    return out
+
+
+def test_exact_stores_give_equal_tie_aware_metrics(results):
+    ref = results["exact"]
+    assert ref.status.ok
+    dependent = sum(r.n_tie_dependent for r in ref.rankings.values())
+    assert dependent > 0, "the data must make some queries depend on tie order"
+    for store, res in results.items():
+        assert res.status.ok, (store, res.status)
+        for name, r in res.rankings.items():
+            assert r.ties["groups"] == "closed", (store, name)
+            for m, v in ref.rankings[name].metrics.items():
+                assert r.metrics[m] == pytest.approx(v, abs=1e-9), (store, name, m)
+
+
+def test_every_store_tie_rule_value_lies_within_the_bounds(results):
+    for store, res in results.items():
+        for name, r in res.rankings.items():
+            for m, t in r.ties["measures"].items():
+                assert t["low"] - 1e-12 <= r.tie_rule[m] <= t["high"] + 1e-12, (store, name, m)
+                assert t["low"] - 1e-12 <= r.metrics[m] <= t["high"] + 1e-12, (store, name, m)
+
+
+def test_the_leaderboard_and_console_show_the_bounds(results, tmp_path):
+    from imsearch_align.leaderboard import results_frame, to_markdown
+
+    md = to_markdown(results_frame(list(results.values())))
+    assert "range over tie orders" in md and "tie-dependent queries" in md
+    text = results["exact"].summary()
+    assert "queries depend on tie order" in text and "groups closed" in text
+
+
+@pytest.mark.parametrize("tol", [-1e-6, float("nan"), float("inf")])
+def test_a_bad_tie_tolerance_is_refused(tol):
+    with pytest.raises(ConfigError, match="tie_tolerance"):
+        ExperimentConfig(tie_tolerance=tol)
+
+
+def test_tolerance_zero_ties_only_equal_scores(tmp_path):
+    res = run_experiment(_cfg(tmp_path, "exact", {}).replace(tie_tolerance=0.0), progress=False)
+    assert all(r.ties["tolerance"] == 0.0 for r in res.rankings.values())
