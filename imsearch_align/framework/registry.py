@@ -365,6 +365,16 @@ class Registry:
 
         return deco
 
+    def unregister(self, name: str) -> None:
+        """Forget ``name`` (a plug-in registered for a while, e.g. by a test);
+        an unknown name raises :class:`UnknownNameError`."""
+        with _LOCK:
+            if name not in self._entries:
+                raise UnknownNameError(f"{self.kind} {name!r} is not registered")
+            del self._entries[name]
+            self._origins.pop(name, None)
+            self._checked.discard(name)
+
     # -- loading -------------------------------------------------------------------------
     def _ensure_loaded(self) -> None:
         if self._loaded:

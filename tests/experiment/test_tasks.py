@@ -18,13 +18,31 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-sys.path.insert(0, str(Path(__file__).parent))
-import tiny_tasks_plugin
-
 from imsearch_align.experiment import ExperimentConfig, run_experiment
 from imsearch_align.experiment.tasks import TaskUnsupportedError
 from imsearch_align.experiment.tasks.matching import hungarian_accuracy
-from imsearch_align.framework.registry import TASKS
+from imsearch_align.framework.registry import DATASETS, ENCODERS, TASKS
+
+HERE = str(Path(__file__).parent)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def tiny_tasks_plugin():
+    """Register tiny-tasks and bow-test for this module only: other tests list
+    the registries, so the names are removed again afterwards."""
+    import importlib
+
+    sys.path.insert(0, HERE)
+    try:
+        mod = importlib.import_module("tiny_tasks_plugin")
+        if "bow-test" not in ENCODERS:  # imported before, then unregistered
+            mod = importlib.reload(mod)
+        yield mod
+    finally:
+        sys.path.remove(HERE)
+        for reg, name in ((DATASETS, "tiny-tasks"), (ENCODERS, "bow-test")):
+            if name in reg:
+                reg.unregister(name)
 
 CLASSES = {"kind": "classes"}
 ITEMS = {"kind": "items", "n_items": 20}
@@ -126,7 +144,9 @@ def test_captioning_finds_the_identical_twin_caption():
         ("linear_probe", {**ITEMS}, "needs class labels"),
     ],
 )
-def test_a_task_the_dataset_cannot_serve_fails_before_encoding(task, params, needle):
+def test_a_task_the_dataset_cannot_serve_fails_before_encoding(
+    task, params, needle, tiny_tasks_plugin
+):
     tiny_tasks_plugin.ENCODE_CALLS.clear()
     with pytest.raises(TaskUnsupportedError, match=needle):
         run_experiment(
