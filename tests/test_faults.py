@@ -11,9 +11,13 @@ non-zero exit with one clear message and a result file marked degraded or failed
 * two runs of one config on one server at the same time (11.3);
 * changed documents under an old checkpoint (11.4);
 * a re-run into the same folder, with and without ``--skip-existing``;
-* stores that lie about scores or ids (11.6).
+* stores that lie about scores or ids (11.6), in ``eval``, ``build`` and ``sweep``;
+* an unreachable server, reported before any fitting ("Unclear today").
 
 Ctrl-C is tested in ``tests/test_cli.py::test_ctrl_c_exits_130_and_the_same_command_resumes``.
+The restarts run on Milvus Lite only: a Milvus 2.3.5 standalone (PyPI ``milvus``) stopped with
+SIGTERM after an insert often does not answer again within minutes (the server, not the
+harness; see ``tests/adapters/test_milvus_faults.py::test_milvus_235_standalone_restart``).
 
 The faults are timed with the ``fault-milvus`` plug-in store of ``fault_suite_stores.py`` (the
 real MilvusStore with a sleep before each search, a call log and a hold after indexing); the
@@ -36,7 +40,11 @@ import numpy as np
 import pytest
 
 from imsearch_align.experiment import ExperimentResult
-from imsearch_align.testing.servers import ServerHandle, ServerStartError, milvus_lite_server
+from imsearch_align.testing.servers import (
+    ServerHandle,
+    ServerStartError,
+    milvus_lite_server,
+)
 
 HERE = Path(__file__).parent
 PLUGIN = "fault_suite_stores"
@@ -106,13 +114,14 @@ def running(proc: subprocess.Popen) -> Iterator[subprocess.Popen]:
             proc.communicate(timeout=30)
 
 
-def wait_for(what: str, cond, proc: subprocess.Popen | None = None, timeout: float = 60) -> None:
-    """Poll ``cond()`` until true; fail if ``proc`` exits first or time runs out."""
+def wait_for(what: str, cond, *procs: subprocess.Popen, timeout: float = 60) -> None:
+    """Poll ``cond()`` until true; fail if one of ``procs`` exits first or time runs out."""
     deadline = time.monotonic() + timeout
     while not cond():
-        if proc is not None and proc.poll() is not None:
-            out, err = proc.communicate()
-            pytest.fail(f"the run exited ({proc.returncode}) before {what}:\n{out}\n{err}")
+        for proc in procs:
+            if proc.poll() is not None:
+                out, err = proc.communicate()
+                pytest.fail(f"a run exited ({proc.returncode}) before {what}:\n{out}\n{err}")
         if time.monotonic() > deadline:
             pytest.fail(f"timed out waiting for {what}")
         time.sleep(0.02)
@@ -211,24 +220,25 @@ def undisturbed(lite_server: ServerHandle, tmp_path_factory: pytest.TempPathFact
 # ----------------------------------------------------------------------------- 11.1 restarts
 
 
-@pytest.mark.integration
-def test_server_restarted_mid_search_gives_the_undisturbed_metrics(
-    own_server: ServerHandle, undisturbed, tmp_path: Path
+def restart_mid_search(
+    srv: ServerHandle, want: ExperimentResult, tmp_path: Path, *, budget_s: float = 30
 ) -> None:
-    want, _, _ = undisturbed
+    """Run the experiment on ``srv``, restart the server (SIGTERM, same data dir and port)
+    once two t2i batches are checkpointed, and check the run comes out undisturbed."""
     out, log = tmp_path / "out", tmp_path / "calls.log"
+    starts = srv.starts
     proc = start(
-        *milvus_args(own_server), "--output-dir", str(out),
+        *milvus_args(srv, budget_s=budget_s), "--output-dir", str(out),
         FAULT_SLEEP_S="0.1", FAULT_LOG=str(log),
     )  # fmt: skip
     with running(proc):
         wait_for("two t2i batches were checkpointed", lambda: len(checkpoints(out)) >= 2, proc)
         t_stop = time.time()
-        own_server.restart()  # SIGTERM, then the same command on the same data dir and port
+        srv.restart(timeout_s=120)
         t_up = time.time()
-        stdout, stderr = proc.communicate(timeout=120)
+        stdout, stderr = proc.communicate(timeout=180)
     assert proc.returncode == 0, (stdout, stderr)
-    assert own_server.starts == 2
+    assert srv.starts == starts + 1
     log_calls = calls(log)
     # The fault landed mid-run: searches finished before the stop, one was in flight across
     # the restart, and searching went on after it.
@@ -243,30 +253,44 @@ def test_server_restarted_mid_search_gives_the_undisturbed_metrics(
     assert "status ok" in stdout
 
 
-@pytest.mark.integration
-def test_server_restarted_between_indexing_and_searching(
-    own_server: ServerHandle, undisturbed, tmp_path: Path
+def restart_after_indexing(
+    srv: ServerHandle, want: ExperimentResult, tmp_path: Path, *, budget_s: float = 30
 ) -> None:
-    want, _, _ = undisturbed
+    """Run the experiment on ``srv``, restart the server once the t2i documents are indexed
+    and before the first search, and check the run comes out undisturbed."""
     out, log, hold = tmp_path / "out", tmp_path / "calls.log", tmp_path / "hold"
-    hold.mkdir()
+    hold.mkdir(parents=True)
     proc = start(
-        *milvus_args(own_server), "--output-dir", str(out),
-        FAULT_HOLD_DIR=str(hold), FAULT_LOG=str(log),
+        *milvus_args(srv, budget_s=budget_s), "--output-dir", str(out),
+        FAULT_HOLD_DIR=str(hold), FAULT_LOG=str(log), FAULT_HOLD_MAX_S="300",
     )  # fmt: skip
     with running(proc):
         wait_for("the t2i documents were indexed", lambda: any(hold.glob("indexed.*")), proc)
         assert not calls(log), "the run searched before the hold"
-        own_server.restart()
+        srv.restart(timeout_s=180)
         t_up = time.time()
         (hold / "go").touch()
-        stdout, stderr = proc.communicate(timeout=120)
+        stdout, stderr = proc.communicate(timeout=180)
     assert proc.returncode == 0, (stdout, stderr)
     # Every search of the t2i index came after the restart (its collection was 'released').
     assert calls(log) and min(c.start for c in calls(log)) > t_up
     got = result_in(out)
     assert got.status.ok and got.n_failed == 0
     assert_metrics_equal(got, want)
+
+
+@pytest.mark.integration
+def test_server_restarted_mid_search_gives_the_undisturbed_metrics(
+    own_server: ServerHandle, undisturbed, tmp_path: Path
+) -> None:
+    restart_mid_search(own_server, undisturbed[0], tmp_path)
+
+
+@pytest.mark.integration
+def test_server_restarted_between_indexing_and_searching(
+    own_server: ServerHandle, undisturbed, tmp_path: Path
+) -> None:
+    restart_after_indexing(own_server, undisturbed[0], tmp_path)
 
 
 # ----------------------------------------------------------------------------- a dead server
@@ -291,7 +315,7 @@ def test_server_killed_for_good_fails_fast_then_the_same_command_resumes(
     # One retry budget for the run, then stop: not batches x attempts x budgets.
     assert took < budget + 15, took
     # One clear message that names the server, no tracebacks.
-    assert "Traceback" not in stderr and len(stderr) < 4000, stderr
+    assert "Traceback" not in stderr and len(stderr.splitlines()) <= 8, stderr
     errors = [ln for ln in stderr.splitlines() if ln.startswith("error:")]
     assert len(errors) == 1, stderr
     assert own_server.uri in errors[0] and "unavailable" in errors[0], errors[0]
@@ -338,8 +362,7 @@ def test_two_runs_of_one_config_on_one_server_at_the_same_time(
     client = MilvusClient(uri=own_server.uri, dedicated=True)
     try:
         with running(procs[0]), running(procs[1]):
-            for p in procs:
-                wait_for("both runs indexed", lambda: len(list(hold.glob("indexed.*"))) == 2, p)
+            wait_for("both runs indexed", lambda: len(list(hold.glob("indexed.*"))) == 2, *procs)
             # Both indexes live side by side on the server: one collection per run.
             names = sorted(f.read_text() for f in hold.glob("indexed.*"))
             assert names[0] != names[1]
@@ -422,8 +445,9 @@ def test_changed_documents_under_an_old_checkpoint_give_the_new_datas_metrics(
     assert p.returncode == 0, p.stderr
     truth = result_in(tmp_path / "new_truth")
     assert got.key == old.key == truth.key  # one config throughout
-    assert got.status.ok and all(r.timings.n_batches_resumed == 0 for r in got.rankings.values())
+    assert got.status.ok
     assert_metrics_equal(got, truth)
+    assert all(r.timings.n_batches_resumed == 0 for r in got.rankings.values())
     # ... and the old data's numbers are far from them: a stale checkpoint would show.
     assert old.metric("t2i/HitRate@10") > truth.metric("t2i/HitRate@10") + 0.2
     assert not list(out.glob(".checkpoints/*/*/*/batch_*.npz"))  # stale ones removed too
@@ -517,3 +541,71 @@ def test_a_store_that_lies_makes_a_degraded_run_and_a_marked_row(
     assert rows["faiss"][header.index("status")] == "ok"
     assert not any("**" in c for c in rows[store])
     assert problem in md.read_text()
+
+
+def test_a_sweep_shows_the_lying_cell_degraded_and_skip_existing_runs_only_it(
+    tmp_path: Path,
+) -> None:
+    """Issue 11.2 in a sweep: the table shows the status, the exit is 3, and
+    ``--skip-existing`` keeps the clean cell but runs the degraded one again."""
+    args = ["sweep", *SYN, "--methods", "procrustes", "--method-param", "dim=8",
+            "--n-support", "100", "--stores", "faiss", "sign-flip-faiss", "--ann-fidelity",
+            "--no-progress", "--output-dir", str(tmp_path)]  # fmt: skip
+    p = cli(*args)
+    assert p.returncode == 3, (p.stdout, p.stderr)
+    assert "2 runs (0 failed, 1 degraded, 0 skipped)" in p.stdout
+    lines = [ln for ln in p.stdout[p.stdout.index("| method") :].splitlines() if ln.startswith("|")]
+    header = [c.strip() for c in lines[0].strip("|").split("|")]
+    status = {
+        r[header.index("store")]: r[header.index("status")]
+        for r in ([c.strip() for c in ln.strip("|").split("|")] for ln in lines[2:])
+    }
+    assert status == {"faiss": "ok", "sign-flip-faiss": "degraded"}
+    clean = tmp_path / "synthetic_procrustes_faiss_100.json"
+    lying = tmp_path / "synthetic_procrustes_sign-flip-faiss_100.json"
+    mtimes = {f: f.stat().st_mtime_ns for f in (clean, lying)}
+    again = cli(*args, "--skip-existing")
+    assert again.returncode == 3, again.stderr
+    assert "2 runs (0 failed, 1 degraded, 1 skipped)" in again.stdout
+    assert clean.stat().st_mtime_ns == mtimes[clean]
+    assert lying.stat().st_mtime_ns != mtimes[lying]
+    assert ExperimentResult.load(lying).status.state == "degraded"
+
+
+# ----------------------------------------------------------------------------- an unreachable server
+
+
+def test_an_unreachable_server_fails_before_the_method_is_fitted(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Unclear today (11): a wrong uri is reported after one retry budget, before fitting,
+    with a failed result that names the server."""
+    from imsearch_align.experiment import ExperimentConfig, ExperimentError, context, run_experiment
+    from imsearch_align.testing.servers import free_port
+
+    pytest.importorskip("pymilvus")
+
+    def no_fit(self) -> None:
+        raise AssertionError("the method was fitted before the store was reached")
+
+    monkeypatch.setattr(context.TaskContext, "fit", no_fit)
+    uri = f"http://127.0.0.1:{free_port()}"
+    cfg = ExperimentConfig(
+        dataset="synthetic",
+        dataset_params={"n_images": 300, "d_image": 24, "d_text": 20},
+        image_encoder=None,
+        text_encoder=None,
+        cache_dir=None,
+        method="procrustes",
+        method_params={"dim": 8},
+        store="milvus",
+        store_params={"uri": uri, "retry_budget_s": 1},
+    )
+    t0 = time.monotonic()
+    with pytest.raises(ExperimentError, match="is unavailable") as err:
+        run_experiment(cfg, output_dir=tmp_path, progress=False)
+    assert time.monotonic() - t0 < 15
+    failed = err.value.result
+    assert failed.status.state == "failed" and uri in failed.status.error
+    assert "Is the server running" in failed.status.error
+    assert ExperimentResult.load(failed.path).status == failed.status
