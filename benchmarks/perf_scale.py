@@ -152,6 +152,17 @@ def floor(res: Any, d_image: int, d_text: int, gflops: float) -> dict[str, float
 # ----------------------------------------------------------------------------- the study
 
 
+def _load_libraries() -> None:
+    """Import what a cell loads lazily (faiss, the numba kernels, scipy, sklearn), so
+    the baseline is the interpreter with its code, before any data."""
+    import faiss  # noqa: F401
+    import scipy.sparse  # noqa: F401
+    import sklearn.linear_model  # noqa: F401
+
+    from imsearch_align.adapters import _sparse_kernels, faiss_store  # noqa: F401
+    from imsearch_align.methods import _asif_kernels, asif, cka, csa, procrustes  # noqa: F401
+
+
 def run_cells(emb: Path, size: dict, out: Path) -> tuple[list[dict], float, float]:
     """Run the grid in this process; per-cell figures, study wall time, baseline RSS."""
     sys.path.insert(0, str(HERE))
@@ -173,6 +184,7 @@ def run_cells(emb: Path, size: dict, out: Path) -> tuple[list[dict], float, floa
         k_values=(1, 5, 10),
         name="scale",
     )
+    _load_libraries()
     baseline = rss_mb()
     study = Study()
     cells = []
@@ -295,7 +307,7 @@ def run(quick: bool = False) -> dict:
             max(c["peak_mb"] for c in cells),
             "MiB",
             f"<= {2 * emb_mb:.0f}",
-            max(c["peak_mb"] for c in cells) <= 2 * emb_mb,
+            max(c["peak_mb"] for c in cells) <= 2 * emb_mb if not quick else None,
         ),
     ]
     for c in cells:

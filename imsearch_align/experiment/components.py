@@ -93,9 +93,15 @@ def shared_encoder(name: str, modality: str, params: Mapping[str, Any] | None = 
     return _ENCODERS_IN_USE[key]
 
 
-def make_method(config: ExperimentConfig) -> Any:
-    """An unfitted method instance."""
-    return METHODS.get(config.method)(**config.method_params)
+def make_method(config: ExperimentConfig, *, progress: bool = False) -> Any:
+    """An unfitted method instance; a method that takes ``progress`` (a bar over
+    its blocks, ASIF) follows the run's setting unless the config sets it."""
+    factory = METHODS.get(config.method)
+    kw = dict(config.method_params)
+    acc = _accepted(factory)
+    if acc is not None and "progress" in acc[0]:
+        kw.setdefault("progress", progress)
+    return factory(**kw)
 
 
 def make_store(config: ExperimentConfig) -> Any:

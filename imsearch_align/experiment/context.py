@@ -33,6 +33,8 @@ from imsearch_align.framework.interfaces import IdLookupProvider
 __all__ = ["Clock", "Study", "TaskContext"]
 
 SUPPORT, TEST = "train", "test"
+#: Rows per call when a dense method transforms a split.
+TRANSFORM_BLOCK = 8192
 
 
 class Clock:
@@ -136,7 +138,6 @@ class TaskContext:
         self.per_query: list[pd.DataFrame] = []
         #: Every ranking measured so far (kept in a failed run's result).
         self.done: dict[str, Any] = {}
-        self._raw: dict[tuple[str, str], np.ndarray] = {}
         self._aligned: dict[tuple[str, str], Any] = {}
         self._store: Any = None
 
@@ -150,20 +151,22 @@ class TaskContext:
         return self.dataset.split_ids(split, modality)
 
     def raw(self, modality: str, split: str = TEST) -> np.ndarray:
-        """Raw embeddings of a split of the evaluated dataset (computed once per cell)."""
-        key = (modality, split)
-        if key not in self._raw:
-            with self.clock("embed_s"):
-                self._raw[key] = self.study.embeddings(
-                    self.dataset,
-                    self.provider(modality),
-                    modality,
-                    self.ids(modality, split),
-                    split=split,
-                    config=self.config,
-                    progress=self.progress,
-                )
-        return self._raw[key]
+        """Raw embeddings of a split of the evaluated dataset.
+
+        Not kept by the cell: the study holds a split's embeddings once (or
+        the provider holds them, for precomputed vectors), so each call is a
+        cheap lookup and the cell's memory holds only what it uses now.
+        """
+        with self.clock("embed_s"):
+            return self.study.embeddings(
+                self.dataset,
+                self.provider(modality),
+                modality,
+                self.ids(modality, split),
+                split=split,
+                config=self.config,
+                progress=self.progress,
+            )
 
     def fit(self) -> Any:
         """Fit the method on the seeded support sample (of ``support_dataset`` when set)."""
@@ -174,7 +177,7 @@ class TaskContext:
         with self.clock("embed_s"):
             X = self._support_rows(sup, "image", img_ids)
             Y = self._support_rows(sup, "text", txt_ids)
-        method = make_method(self.config)
+        method = make_method(self.config, progress=self.progress)
         with self.clock("fit_s"):
             method.fit(X, Y)
         self.method = method
@@ -195,11 +198,19 @@ class TaskContext:
         """Map raw vectors of ``modality`` into the aligned space (timed)."""
         from imsearch_align.framework.validation import is_sparse
 
+        fn = self.method.transform_images if modality == "image" else self.method.transform_texts
         with self.clock("transform_s"):
-            if modality == "image":
-                out = self.method.transform_images(raw)
+            first = fn(raw[:TRANSFORM_BLOCK])
+            if is_sparse(first) or raw.shape[0] <= TRANSFORM_BLOCK:
+                # A sparse method streams its own blocks (ASIF): one call, no stacking copy.
+                out = first if raw.shape[0] <= TRANSFORM_BLOCK else fn(raw)
             else:
-                out = self.method.transform_texts(raw)
+                # Dense: row blocks into one preallocated output, so the method's
+                # float64 temporaries stay the size of a block.
+                out = np.empty((raw.shape[0], first.shape[1]), dtype=first.dtype)
+                out[: first.shape[0]] = first
+                for s in range(TRANSFORM_BLOCK, raw.shape[0], TRANSFORM_BLOCK):
+                    out[s : s + TRANSFORM_BLOCK] = fn(raw[s : s + TRANSFORM_BLOCK])
         self.space = (int(out.shape[1]), bool(is_sparse(out)))
         return out
 
@@ -211,10 +222,9 @@ class TaskContext:
         return self._aligned[key]
 
     def release(self, modality: str | None = None) -> None:
-        """Drop cached raw and aligned arrays (of one modality, or all)."""
-        for cache in (self._raw, self._aligned):
-            for key in [k for k in cache if modality is None or k[0] == modality]:
-                del cache[key]
+        """Drop cached aligned arrays (of one modality, or all)."""
+        for key in [k for k in self._aligned if modality is None or k[0] == modality]:
+            del self._aligned[key]
 
     def encode_texts(self, texts: Sequence[str], namespace: str) -> np.ndarray:
         """Raw vectors of new texts (class prompts), through the embedding cache."""

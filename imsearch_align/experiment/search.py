@@ -279,22 +279,25 @@ def _one_ranking(
     res = _evaluate(ctx, label, ev, q, qrels, query_ids, doc_ids, docs.shape[0], spec.build_s)
     tol = tolerance_for(cfg, q)
     exact = is_exact(spec.searcher)
-    run, n_ext, ext_s = res.run, 0, 0.0
+    run, n_ext, n_open, ext_s = res.run, 0, 0, 0.0
     if exact:
         s = spec.searcher
         count = s.count(spec.collection) if isinstance(s, CollectionCatalog) else docs.shape[0]
-        run, n_ext, ext_s = close_groups(s, spec.collection, run, q, query_ids, spec.k, tol, count)
+        run, n_ext, n_open, ext_s = close_groups(
+            s, spec.collection, run, q, query_ids, spec.k, tol, count
+        )
     ta = tie_aware_evaluate(
         run,
         qrels,
         [m for m in spec.measures if m in res.measures],
         tol=tol,
-        groups_closed=exact,
+        groups_closed=exact and not n_open,
         failed_queries=list(res.errors),
         lenient=True,
     )
     ranking = ranking_result(label, res, n_docs=docs.shape[0], index_build_s=spec.build_s, ties=ta)
-    ranking = replace(ranking, ties=tie_summary(ta, exact=exact, n_extended=n_ext, extend_s=ext_s))
+    summary = tie_summary(ta, exact=exact, n_extended=n_ext, n_open=n_open, extend_s=ext_s)
+    ranking = replace(ranking, ties=summary)
     return res, ranking
 
 

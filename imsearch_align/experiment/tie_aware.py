@@ -16,7 +16,8 @@ group crossing the cut-off is seen. An exact store is then searched deeper
 for the rows whose group is still open, until every group closes (the
 result says ``groups: closed``); an approximate store cannot return a whole
 group, so such queries are scored over the members it returned and counted
-as ``truncated``.
+as ``truncated`` (as are the rare rows of an exact store whose group is longer
+than the bounded depth searched).
 """
 
 from __future__ import annotations
@@ -54,6 +55,10 @@ def tolerance_for(config: Any, queries: Any) -> float:
     return default_tolerance(max(dim, 1))
 
 
+#: How much deeper than the cut-off an exact store is searched to close tie groups.
+EXTEND_FACTOR = 8
+
+
 def close_groups(
     store: Any,
     collection: str,
@@ -63,46 +68,54 @@ def close_groups(
     k: int,
     tol: float,
     count: int,
-) -> tuple[Run, int, float]:
-    """Search an exact store deeper for the rows whose tie group at rank ``k`` is
-    still open, doubling the depth until every group closes.
+) -> tuple[Run, int, int, float]:
+    """Search an exact store deeper for the rows whose tie group at rank ``k``
+    is still open: one search of those rows, ``EXTEND_FACTOR * (k + 1)`` deep
+    (bounded, so a space full of near-ties cannot blow the run up to every
+    document of every query).
 
-    Returns the extended run, the number of rows searched again and the time
-    it took. A row that already holds every document gets a no-hit column,
-    which closes its last group (nothing in the store can extend it).
+    Returns the extended run, the rows searched again, the rows whose group
+    is longer than that depth (still open: scored as truncated), and the time
+    taken. A row that holds every document gets a no-hit column, which closes
+    its last group (nothing in the store can extend it).
     """
     from imsearch_align.framework.ties import open_tie_groups
 
     t0 = time.perf_counter()
-    open_rows = np.flatnonzero(open_tie_groups(run, k, tol=tol))
-    if not len(open_rows):
-        return run, 0, 0.0
-    ids, scores = run.doc_ids.copy(), run.scores.astype(np.float64)
-    pos = pd.Index(np.asarray(query_ids)).get_indexer(np.asarray(run.query_ids))
-    depth, rows, n_extended = run.k, open_rows, len(open_rows)
-    while len(rows) and depth < count:
-        depth = min(2 * depth, count)
+    rows = np.flatnonzero(open_tie_groups(run, k, tol=tol))
+    ids, scores = run.doc_ids, run.scores
+    depth = min(count, EXTEND_FACTOR * (k + 1))
+    still_open = 0
+    if len(rows) and depth > run.k:
+        pos = pd.Index(np.asarray(query_ids)).get_indexer(np.asarray(run.query_ids))
         res = store.search(collection, queries[pos[rows]], depth)
-        if ids.shape[1] < depth:
-            pad = depth - ids.shape[1]
-            ids = np.pad(ids, ((0, 0), (0, pad)), constant_values=-1)
-            scores = np.pad(scores, ((0, 0), (0, pad)), constant_values=-np.inf)
-        ids[rows, : res.k], scores[rows, : res.k] = res.ids, res.scores
-        sub = Run.from_arrays(run.query_ids[rows], ids[rows], scores[rows], assume_sorted=True)
-        rows = rows[open_tie_groups(sub, k, tol=tol)]
+        pad = res.k - run.k
+        ids = np.pad(ids, ((0, 0), (0, pad)), constant_values=-1)
+        scores = np.pad(scores.astype(np.float64), ((0, 0), (0, pad)), constant_values=-np.inf)
+        ids[rows], scores[rows] = res.ids, res.scores
     if ids.shape[1] >= count:  # a full row holds every document: its last group is closed
         ids = np.pad(ids, ((0, 0), (0, 1)), constant_values=-1)
         scores = np.pad(scores, ((0, 0), (0, 1)), constant_values=-np.inf)
     extended = Run.from_arrays(run.query_ids, ids, scores, assume_sorted=True)
-    return extended, n_extended, time.perf_counter() - t0
+    if len(rows):
+        still_open = int(open_tie_groups(extended, k, tol=tol).sum())
+    return extended, len(rows), still_open, time.perf_counter() - t0
 
 
-def tie_summary(ta: Any, *, exact: bool, n_extended: int, extend_s: float) -> dict[str, Any]:
+def tie_summary(
+    ta: Any, *, exact: bool, n_extended: int, n_open: int, extend_s: float
+) -> dict[str, Any]:
     """The JSON-ready tie report of one ranking (see the module docstring)."""
     lo, hi, dep, trunc = ta.low_mean(), ta.high_mean(), ta.n_tie_dependent, ta.n_truncated
+    if not exact:
+        groups = "truncated at k (approximate store)"
+    elif n_open:
+        groups = f"closed by the exact store except {n_open} rows (groups longer than the depth searched)"
+    else:
+        groups = "closed"
     return {
         "tolerance": float(ta.tol),
-        "groups": "closed" if exact else "truncated at k (approximate store)",
+        "groups": groups,
         "rows_searched_deeper": int(n_extended),
         "search_deeper_s": float(extend_s),
         "measures": {

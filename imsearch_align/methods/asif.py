@@ -84,6 +84,13 @@ def plan_rows(n_queries: int, n_anchors: int, k: int, max_memory_gb: float) -> i
     return max(1, min(rows, _MAX_ROWS, max(n_queries, 1)))
 
 
+def _unit_rows32(V: np.ndarray) -> np.ndarray:
+    """Float32 unit rows (norms in float64; all-zero rows stay zero)."""
+    norms = np.sqrt(np.einsum("ij,ij->i", V, V, dtype=np.float64))
+    scale = (1.0 / np.where(norms > 0, norms, 1.0)).astype(V.dtype)  # no float64 copy of V
+    return (V * scale[:, None]).astype(np.float32, copy=False)
+
+
 @METHODS.register("asif")
 class ASIF(AlignmentBase):
     """ASIF relative representations: a sparse space over the M support anchors.
@@ -136,9 +143,11 @@ class ASIF(AlignmentBase):
             if not (np.isfinite(v) and v > 0):
                 raise ValueError(f"{name} must be a finite float > 0, got {v!r}")
 
+    fit_float64 = False  # the anchors are float32 unit rows: no float64 copy of the support
+
     def _fit(self, X: np.ndarray, Y: np.ndarray) -> None:
-        self.anchors_image_ = l2_normalize(X).astype(np.float32)
-        self.anchors_text_ = l2_normalize(Y).astype(np.float32)
+        self.anchors_image_ = _unit_rows32(X)
+        self.anchors_text_ = _unit_rows32(Y)
 
     def _output_dim(self) -> int:
         return int(self.anchors_image_.shape[0])

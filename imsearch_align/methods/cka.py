@@ -26,7 +26,7 @@ from scipy.optimize import linear_sum_assignment
 
 from imsearch_align.framework.registry import METHODS
 from imsearch_align.framework.validation import check_int, check_matrix
-from imsearch_align.methods.base import AlignmentBase
+from imsearch_align.methods.base import AlignmentBase, support_moments
 
 __all__ = ["LocalCKA", "hungarian_match"]
 
@@ -137,6 +137,9 @@ class LocalCKA(AlignmentBase):
                 )
         check_int(self.seed, "seed")
 
+    def _fit_float64(self) -> bool:
+        return self.kernel != "linear"  # linear CKA is fitted from float64 moments, blockwise
+
     def _fit(self, X: np.ndarray, Y: np.ndarray) -> None:
         n = X.shape[0]
         if self.base_size is None or int(self.base_size) == n:
@@ -145,29 +148,28 @@ class LocalCKA(AlignmentBase):
             rng = np.random.default_rng(int(self.seed))
             idx = np.sort(rng.choice(n, size=int(self.base_size), replace=False))
         self.base_index_ = idx
-        self.base_image_ = X[idx]
-        self.base_text_ = Y[idx]
+        whole = len(idx) == n  # the whole support set is the base: keep it, do not copy it
+        self.base_image_ = X if whole else X[idx]
+        self.base_text_ = Y if whole else Y[idx]
         if self.kernel == "linear":
             self._fit_linear()
         else:
             self._fit_rbf()
 
     def _fit_linear(self) -> None:
-        mu_x, mu_y = self.base_image_.mean(0), self.base_text_.mean(0)
-        Xc, Yc = self.base_image_ - mu_x, self.base_text_ - mu_y
+        mom = support_moments(self.base_image_, self.base_text_)
         scales = []
-        for V, name in ((Xc, "image_emb"), (Yc, "text_emb")):
-            s = np.linalg.norm(V.T @ V)
+        for K, name in ((mom.Kxx, "image_emb"), (mom.Kyy, "text_emb")):
+            s = np.linalg.norm(K)
             if s == 0:
                 raise ValueError(f"{name}: the base set is constant; linear CKA is undefined")
             scales.append(np.sqrt(s))  # ||S(V/c)|| = ||S(V)||/c^2 = 1
         cx, cy = scales
-        Xc, Yc = Xc / cx, Yc / cy
-        self._mu_x, self._mu_y, self._cx, self._cy = mu_x, mu_y, cx, cy
-        self._C = Xc.T @ Yc
-        self._Sx = Xc.T @ Xc
-        self._Sy = Yc.T @ Yc
-        self._a = len(Xc) / (len(Xc) + 1.0)
+        self._mu_x, self._mu_y, self._cx, self._cy = mom.mean_x, mom.mean_y, cx, cy
+        self._C = mom.Kxy / (cx * cy)
+        self._Sx = mom.Kxx / (cx * cx)
+        self._Sy = mom.Kyy / (cy * cy)
+        self._a = mom.n / (mom.n + 1.0)
 
     def _fit_rbf(self) -> None:
         self.sigma_image_ = _median_sigma(self.base_image_, "image_emb")

@@ -42,7 +42,7 @@ import numpy as np
 
 from imsearch_align.framework.registry import METHODS
 from imsearch_align.framework.validation import check_int
-from imsearch_align.methods.base import AlignmentBase, l2_normalize
+from imsearch_align.methods.base import AlignmentBase, Moments, l2_normalize, support_moments
 
 __all__ = ["AUTO_EPS", "CSA", "DEFAULT_SIM_DIM", "MIN_EPS_RANK_DEFICIENT", "PLAIN_EPS"]
 
@@ -198,12 +198,17 @@ class CSA(AlignmentBase):
             )
         self.sim_dim_ = sim_dim
 
+    def _fit_float64(self) -> bool:
+        return self.backend != "numpy"  # cca_zoo takes whole arrays; numpy works on moments
+
     def _fit(self, X: np.ndarray, Y: np.ndarray) -> None:
         r = self.sim_dim_
-        mu_x, mu_y = X.mean(axis=0), Y.mean(axis=0)
         if self.backend == "numpy":
-            Wx, Wy, rho = self._fit_numpy(X - mu_x, Y - mu_y, r)
+            mom = support_moments(X, Y)
+            mu_x, mu_y = mom.mean_x, mom.mean_y
+            Wx, Wy, rho = self._fit_numpy(mom, r)
         else:
+            mu_x, mu_y = X.mean(axis=0), Y.mean(axis=0)
             Wx, Wy, rho = self._fit_cca_zoo(X, Y, r)
             self.eps_ = 0.0  # cca_zoo's own (unregularised) CCA
         self.mean_image_ = mu_x
@@ -213,16 +218,9 @@ class CSA(AlignmentBase):
         self.canonical_correlations_ = rho
         self.rho_ = np.ones_like(rho) if self.equal_weights else rho.copy()
 
-    def _fit_numpy(
-        self, Xc: np.ndarray, Yc: np.ndarray, r: int
-    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        n = Xc.shape[0]
-        Kxx = Xc.T @ Xc  # numpy dispatches X'X to BLAS syrk: half the flops of a gemm
-        Kyy = Yc.T @ Yc
-        Kxy = Xc.T @ Yc
-        for K in (Kxx, Kyy):
-            K /= n - 1
-        Kxy /= n - 1
+    def _fit_numpy(self, mom: Moments, r: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        n = mom.n
+        Kxx, Kyy, Kxy = mom.Kxx / (n - 1), mom.Kyy / (n - 1), mom.Kxy / (n - 1)
 
         # One eigendecomposition per side serves every ridge: K + lam I shares K's vectors.
         eig = [np.linalg.eigh(K) for K in (Kxx, Kyy)]

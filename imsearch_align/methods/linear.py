@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from imsearch_align.framework.registry import METHODS
-from imsearch_align.methods.base import AlignmentBase, l2_normalize
+from imsearch_align.methods.base import AlignmentBase, l2_normalize, support_moments
 
 __all__ = ["LinearMap"]
 
@@ -43,13 +43,15 @@ class LinearMap(AlignmentBase):
         if not (np.isfinite(a) and a >= 0):
             raise ValueError(f"alpha must be a finite float >= 0, got {a!r}")
 
+    fit_float64 = False  # fitted from float64 moments, block by block
+
     def _fit(self, X: np.ndarray, Y: np.ndarray) -> None:
-        self.mean_image_, self.mean_text_ = X.mean(0), Y.mean(0)
-        Xc, Yc = X - self.mean_image_, Y - self.mean_text_
-        G = Xc.T @ Xc
+        mom = support_moments(X, Y)
+        self.mean_image_, self.mean_text_ = mom.mean_x, mom.mean_y
+        G = mom.Kxx
         G[np.diag_indices_from(G)] += float(self.alpha)
         try:
-            self.coef_ = np.linalg.solve(G, Xc.T @ Yc)
+            self.coef_ = np.linalg.solve(G, mom.Kxy)
         except np.linalg.LinAlgError as exc:
             raise ValueError(
                 "image_emb: Xc'Xc + alpha I is singular (fewer support pairs than "

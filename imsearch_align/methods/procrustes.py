@@ -6,19 +6,22 @@ import numpy as np
 
 from imsearch_align.framework.registry import METHODS
 from imsearch_align.framework.validation import check_int
-from imsearch_align.methods.base import AlignmentBase, l2_normalize
+from imsearch_align.methods.base import AlignmentBase, l2_normalize, support_moments
 
 __all__ = ["Procrustes"]
 
 
-def _pca_components(Vc: np.ndarray, dim: int) -> np.ndarray:
-    """Top-``dim`` principal directions ``(d, dim)`` of centred rows, deterministic signs.
+def _pca_components(K: np.ndarray, dim: int) -> np.ndarray:
+    """Top-``dim`` principal directions ``(d, dim)`` from a scatter matrix, deterministic signs.
 
-    Signs follow scikit-learn's ``svd_flip``: the largest-|.| entry of each
-    direction is positive, so a refit gives the same space.
+    The eigenvectors of ``Xc'Xc`` with the largest eigenvalues are the right
+    singular vectors of ``Xc`` (what an SVD of the data gives), from a
+    ``d x d`` matrix instead of the ``N x d`` data. Signs follow
+    scikit-learn's ``svd_flip``: the largest-|.| entry of each direction is
+    positive, so a refit gives the same space.
     """
-    _, _, Vt = np.linalg.svd(Vc, full_matrices=False)
-    P = Vt[:dim].T
+    w, V = np.linalg.eigh(K)
+    P = V[:, np.argsort(-w, kind="stable")[:dim]]
     idx = np.argmax(np.abs(P), axis=0)
     signs = np.sign(P[idx, np.arange(dim)])
     signs[signs == 0] = 1.0
@@ -63,13 +66,16 @@ class Procrustes(AlignmentBase):
                     f"d_image={X.shape[1]}, d_text={Y.shape[1]}, N={X.shape[0]}), got {d}"
                 )
 
+    fit_float64 = False  # fitted from float64 moments, block by block
+
     def _fit(self, X: np.ndarray, Y: np.ndarray) -> None:
         dim = min(X.shape[1], Y.shape[1], X.shape[0] - 1) if self.dim is None else int(self.dim)
-        self.mean_image_, self.mean_text_ = X.mean(0), Y.mean(0)
-        Xc, Yc = X - self.mean_image_, Y - self.mean_text_
-        self.components_image_ = _pca_components(Xc, dim)
-        self.components_text_ = _pca_components(Yc, dim)
-        U, _, Vt = np.linalg.svd((Xc @ self.components_image_).T @ (Yc @ self.components_text_))
+        mom = support_moments(X, Y)
+        self.mean_image_, self.mean_text_ = mom.mean_x, mom.mean_y
+        self.components_image_ = _pca_components(mom.Kxx, dim)
+        self.components_text_ = _pca_components(mom.Kyy, dim)
+        # (Xc P)'(Yc Q) = P' (Xc'Yc) Q: the orthogonal map from the cross-scatter alone.
+        U, _, Vt = np.linalg.svd(self.components_image_.T @ mom.Kxy @ self.components_text_)
         self.rotation_ = U @ Vt
         self.dim_ = dim
 
