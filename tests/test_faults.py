@@ -8,6 +8,7 @@ non-zero exit with one clear message and a result file marked degraded or failed
 * restart mid-run and between indexing and searching (issue 11.1);
 * a server killed for good mid-run, then the same command once it is back (11.2, "a dead
   server" of "Unclear today");
+* a collection dropped by another client mid-search ("Unclear today");
 * two runs of one config on one server at the same time (11.3);
 * changed documents under an old checkpoint (11.4);
 * a re-run into the same folder, with and without ``--skip-existing``;
@@ -342,6 +343,42 @@ def test_server_killed_for_good_fails_fast_then_the_same_command_resumes(
     )
     assert_metrics_equal(got, want)
     assert not checkpoints(out)  # a clean result removes them
+
+
+@pytest.mark.integration
+def test_collection_dropped_by_another_client_mid_search_fails_fast_then_resumes(
+    lite_server: ServerHandle, undisturbed, tmp_path: Path
+) -> None:
+    """Unclear today (11): an error that cannot heal is not retried batch after batch."""
+    from imsearch_align.adapters.milvus_store import MilvusStore
+
+    want, _, _ = undisturbed
+    out, hold = tmp_path / "out", tmp_path / "hold"
+    hold.mkdir()
+    (hold / "go").touch()  # no hold: the marker only names the collection
+    args = [*milvus_args(lite_server), "--output-dir", str(out)]
+    proc = start(*args, FAULT_SLEEP_S="0.1", FAULT_HOLD_DIR=str(hold))
+    with running(proc):
+        wait_for("two t2i batches were checkpointed", lambda: len(checkpoints(out)) >= 2, proc)
+        (name,) = [f.read_text() for f in hold.glob("indexed.*")]
+        with MilvusStore(uri=lite_server.uri) as other:
+            other.drop_collection(name, force=True)
+        t_drop = time.monotonic()
+        stdout, stderr = proc.communicate(timeout=120)
+        took = time.monotonic() - t_drop
+    assert proc.returncode == 1, (stdout, stderr)
+    assert took < 10, took  # no retry budget spent on each of the remaining batches
+    assert "Traceback" not in stderr
+    (err,) = [ln for ln in stderr.splitlines() if ln.startswith("error:")]
+    assert f"collection '{name}' does not exist at {lite_server.uri}" in err
+    failed = result_in(out)
+    assert failed.status.state == "failed" and set(failed.rankings) == {"t2i"}
+    assert 0 < failed.rankings["t2i"].n_failed < failed.rankings["t2i"].n_queries
+    again = cli(*args)
+    assert again.returncode == 0, again.stderr
+    got = result_in(out)
+    assert got.status.ok and got.rankings["t2i"].timings.n_batches_resumed >= 2
+    assert_metrics_equal(got, want)
 
 
 # ----------------------------------------------------------------------------- 11.3 shared server
