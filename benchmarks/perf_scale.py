@@ -47,6 +47,8 @@ FULL = {
 }
 QUICK = {"n_images": 3_178, "captions": 5, "d_image": 768, "d_text": 384, "n": (1000, 2000)}
 METHODS = ("csa", "asif", "cka", "procrustes")
+#: Noise of the generator: the image view, a caption's own latent draw, the text view.
+NOISE = {"image": 1.5, "caption": 1.5, "text": 0.8}
 TARGET_STUDY_S, TARGET_ASIF_S, TARGET_DENSE_S = 300.0, 60.0, 15.0
 
 
@@ -95,6 +97,7 @@ def reset_peak() -> None:
 
 def make_embeddings(folder: Path, size: dict, seed: int = 0) -> Path:
     """Write Flickr-sized embeddings with a learnable shared structure (cached)."""
+    folder = folder / f"noise-{NOISE['image']}-{NOISE['caption']}-{NOISE['text']}-seed{seed}"
     folder.mkdir(parents=True, exist_ok=True)
     names = [folder / f for f in ("image.npy", "text.npy", "text_image.npy")]
     if all(p.exists() for p in names):
@@ -104,13 +107,19 @@ def make_embeddings(folder: Path, size: dict, seed: int = 0) -> Path:
     z = rng.standard_normal((n, dz)).astype(np.float32)
     A = rng.standard_normal((dz, size["d_image"])).astype(np.float32) / np.sqrt(dz)
     B = rng.standard_normal((dz, size["d_text"])).astype(np.float32) / np.sqrt(dz)
-    X = np.tanh(z @ A) + 0.8 * rng.standard_normal((n, size["d_image"]), dtype=np.float32)
+    X = np.tanh(z @ A) + NOISE["image"] * rng.standard_normal(
+        (n, size["d_image"]), dtype=np.float32
+    )
     text_image = np.repeat(np.arange(n), c)
     Y = np.empty((n * c, size["d_text"]), dtype=np.float32)
     for s in range(0, n * c, 20_000):  # blockwise: no (n*c, 64) float64 temporaries
         e = min(s + 20_000, n * c)
-        zt = z[text_image[s:e]] + 0.9 * rng.standard_normal((e - s, dz), dtype=np.float32)
-        Y[s:e] = zt @ B + 0.5 * rng.standard_normal((e - s, size["d_text"]), dtype=np.float32)
+        zt = z[text_image[s:e]] + NOISE["caption"] * rng.standard_normal(
+            (e - s, dz), dtype=np.float32
+        )
+        Y[s:e] = zt @ B + NOISE["text"] * rng.standard_normal(
+            (e - s, size["d_text"]), dtype=np.float32
+        )
     for p, arr in zip(names, (X.astype(np.float32), Y, text_image.astype(np.int64))):
         np.save(p, arr)
     return folder

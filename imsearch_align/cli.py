@@ -854,7 +854,7 @@ def _describe_dataset(name: str) -> None:
 
     params = describe(name)
     print(f"dataset {name!r}: {_doc_line(DATASETS.get(name))}")
-    rows = [[p.name, p.type, p.default, p.meaning] for p in params]
+    rows = [[p.name, p.type, p.default_text(), p.meaning] for p in params]
     print(text_table(["parameter", "type", "default", "meaning"], rows))
     print(f"\nuse: imsearch-align eval --dataset {name} --dataset-param KEY=VALUE ...")
 

@@ -637,3 +637,16 @@ def test_embed_fills_the_cache(tmp_path):
     new = [ln.strip() for ln in p.stdout.splitlines() if ln.startswith("  ")]
     assert new and all(Path(f).is_file() for f in new)
     assert any(cache.rglob("*.npy"))
+
+
+@pytest.mark.parametrize("name", ["coco", "flickr30k", "imagenet", "hf", "precomputed", "synthetic"])
+def test_list_datasets_name_prints_every_parameter(name):
+    from imsearch_align.datasets import describe
+
+    p = cli("list", "datasets", name)
+    assert p.returncode == 0, p.stderr
+    for param in describe(name):
+        assert param.name in p.stdout and param.default_text() in p.stdout
+    assert f"--dataset {name}" in p.stdout
+    bad = cli("list", "stores", "faiss")
+    assert bad.returncode == 2 and "only taken after 'datasets'" in bad.stderr

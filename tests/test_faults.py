@@ -343,6 +343,15 @@ def test_server_killed_for_good_fails_fast_then_the_same_command_resumes(
     )
     assert_metrics_equal(got, want)
     assert not checkpoints(out)  # a clean result removes them
+    # The resumed run took the interrupted run's token: the collection the dead
+    # server kept was found, owned and dropped, not leaked.
+    from pymilvus import MilvusClient
+
+    client = MilvusClient(uri=own_server.uri)
+    try:
+        assert not [n for n in client.list_collections() if n.startswith("ia_")]
+    finally:
+        client.close()
 
 
 @pytest.mark.integration

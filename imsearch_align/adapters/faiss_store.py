@@ -97,6 +97,8 @@ class FaissStore(BaseStore):
     supports_sparse = True
     #: faiss itself (CPU or GPU wheel), and numba for sparse collections.
     provenance_packages = ("faiss-cpu", "faiss-gpu", "numpy", "numba")
+    #: One search call runs on every core (OpenMP): the evaluator calls it from one thread.
+    parallel_search = True
 
     def __init__(
         self,

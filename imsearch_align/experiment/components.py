@@ -104,9 +104,16 @@ def make_method(config: ExperimentConfig, *, progress: bool = False) -> Any:
     return factory(**kw)
 
 
-def make_store(config: ExperimentConfig) -> Any:
-    """A store instance (it may connect to a server)."""
-    return STORES.get(config.store)(**config.store_params)
+def make_store(config: ExperimentConfig, *, owner: str | None = None) -> Any:
+    """A store instance (it may connect to a server); a store that takes an
+    ``owner`` token (collections owned by one run, MilvusStore) gets ``owner``
+    unless the config sets it, so a resumed run owns its collections again."""
+    factory = STORES.get(config.store)
+    kw = dict(config.store_params)
+    acc = _accepted(factory)
+    if owner is not None and acc is not None and "owner" in acc[0]:
+        kw.setdefault("owner", owner)
+    return factory(**kw)
 
 
 def preflight(config: ExperimentConfig, task_factory: Callable[..., Any]) -> None:

@@ -10,6 +10,7 @@ searches through :meth:`TaskContext.search` (index, evaluate, drop: see
 
 from __future__ import annotations
 
+import os
 import time
 import uuid
 from collections.abc import Iterator, Sequence
@@ -35,6 +36,43 @@ __all__ = ["Clock", "Study", "TaskContext"]
 SUPPORT, TEST = "train", "test"
 #: Rows per call when a dense method transforms a split.
 TRANSFORM_BLOCK = 8192
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # alive, someone else's
+        return True
+    return True
+
+
+def _run_token(checkpoint_root: Path | None) -> str:
+    """This run's token (collection names, store ownership).
+
+    A run that resumes an interrupted one (same config, same output folder,
+    whose process is gone) takes its token, so it finds, owns and drops the
+    collections that run left behind; a run started while another with the
+    same config is still alive gets a token of its own (the two never share
+    a collection).
+    """
+    token = uuid.uuid4().hex[:8]
+    if checkpoint_root is None:
+        return token
+    path = checkpoint_root / "run_token"
+    try:
+        saved, pid = path.read_text().split()
+        if saved.isalnum() and len(saved) <= 32 and not _pid_alive(int(pid)):
+            token = saved
+        elif _pid_alive(int(pid)):
+            return token  # a live run owns the file: leave it alone
+    except (OSError, ValueError):
+        pass
+    from imsearch_align.framework.atomic import atomic_write
+
+    atomic_write(path, f"{token} {os.getpid()}")
+    return token
 
 
 class Clock:
@@ -129,7 +167,7 @@ class TaskContext:
         self.clock = clock
         self.checkpoint_root = checkpoint_root
         self.progress = progress
-        self.run_token = uuid.uuid4().hex[:8]
+        self.run_token = _run_token(checkpoint_root)
         self.method: Any = None
         self.space: tuple[int, bool] | None = None  # aligned (dimension, sparse)
         self.n_support_pairs = 0
@@ -256,7 +294,7 @@ class TaskContext:
     def store(self) -> Any:
         """The store of this cell (created on first use, closed by :meth:`close`)."""
         if self._store is None:
-            self._store = make_store(self.config)
+            self._store = make_store(self.config, owner=self.run_token)
         return self._store
 
     def collection_name(self, ranking: str) -> str:

@@ -97,14 +97,21 @@ def ranking_result(
         n_batches_resumed=int(t.get("n_batches_resumed", n_batches - searched) or 0),
     )
     ev = res.evaluation
-    metrics, intervals, tie_rule = res.mean(), dict(res.intervals), {}
-    if ties is not None:
+    metrics, tie_rule = res.mean(), {}
+    if ties is None:
+        intervals = dict(res.intervals)
+    else:
+        # The intervals are those of the reported (tie-aware) values; the bootstrap
+        # runs once, over them (the tie-rule intervals are not computed).
         tie_rule = {m: metrics[m] for m in ties.measures}
         metrics = {**metrics, **ties.mean()}
-        values = np.column_stack([ties.values[m] for m in ties.measures])
-        if len(values):
-            lo, hi = bootstrap_ci(values, n_resamples=res.n_bootstrap, seed=res.seed)
-            intervals.update({m: (lo[i], hi[i]) for i, m in enumerate(ties.measures)})
+        others = [m for m in res.measures if m not in ties.values]
+        cols = [ties.values[m] for m in ties.measures] + [ev.values[m] for m in others]
+        names = [*ties.measures, *others]
+        intervals = {m: (float("nan"), float("nan")) for m in names}
+        if len(ev.query_ids) and names:
+            lo, hi = bootstrap_ci(np.column_stack(cols), n_resamples=res.n_bootstrap, seed=res.seed)
+            intervals = {m: (lo[i], hi[i]) for i, m in enumerate(names)}
     return RankingResult(
         name=name,
         metrics=metrics,
@@ -187,6 +194,7 @@ def index_and_evaluate(
     k = max(cfg.k_values) if k is None else k
     doc_ids = np.asarray(doc_ids, dtype=np.int64)
     collection = ctx.collection_name(name)
+    _drop_leftover(store, collection)
     t = time.perf_counter()
     store.create_collection(
         collection, int(docs.shape[1]), sparse=bool(is_sparse(docs)), metric="ip"
@@ -299,6 +307,16 @@ def _one_ranking(
     summary = tie_summary(ta, exact=exact, n_extended=n_ext, n_open=n_open, extend_s=ext_s)
     ranking = replace(ranking, ties=summary)
     return res, ranking
+
+
+def _drop_leftover(store: Any, collection: str) -> None:
+    """Drop this run's own collection left by an interrupted attempt (same run
+    token, so the same name: nobody else's), before indexing again."""
+    from imsearch_align.framework.interfaces import CollectionCatalog
+
+    if isinstance(store, CollectionCatalog) and store.has_collection(collection):
+        log.info("dropping %s, left by an interrupted attempt of this run", collection)
+        store.drop_collection(collection)
 
 
 def _checkpoint_dir(ctx: Any, label: str) -> Any:

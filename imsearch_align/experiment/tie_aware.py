@@ -57,6 +57,10 @@ def tolerance_for(config: Any, queries: Any) -> float:
 
 #: How much deeper than the cut-off an exact store is searched to close tie groups.
 EXTEND_FACTOR = 8
+#: Open rows searched deeper first, to learn whether it closes their groups.
+PROBE_ROWS = 256
+#: Share of the probe's groups that must close for the other open rows to be searched.
+MIN_CLOSING_SHARE = 0.5
 
 
 def close_groups(
@@ -70,36 +74,59 @@ def close_groups(
     count: int,
 ) -> tuple[Run, int, int, float]:
     """Search an exact store deeper for the rows whose tie group at rank ``k``
-    is still open: one search of those rows, ``EXTEND_FACTOR * (k + 1)`` deep
-    (bounded, so a space full of near-ties cannot blow the run up to every
-    document of every query).
+    is still open, ``EXTEND_FACTOR * (k + 1)`` deep (bounded, so a space full
+    of near-ties cannot blow the run up to every document of every query).
 
-    Returns the extended run, the rows searched again, the rows whose group
-    is longer than that depth (still open: scored as truncated), and the time
-    taken. A row that holds every document gets a no-hit column, which closes
-    its last group (nothing in the store can extend it).
+    A probe of ``PROBE_ROWS`` open rows goes first; the other open rows are
+    searched only if most of the probe's groups closed. In a space whose
+    scores differ below float32 resolution (local CKA's can), deeper searches
+    close nothing and would cost a full search each: those rows are scored as
+    truncated instead. Returns the extended run, the rows searched again, the
+    rows still open (scored as truncated) and the time taken. A row that holds
+    every document gets a no-hit column, which closes its last group.
     """
     from imsearch_align.framework.ties import open_tie_groups
 
     t0 = time.perf_counter()
     rows = np.flatnonzero(open_tie_groups(run, k, tol=tol))
-    ids, scores = run.doc_ids, run.scores
     depth = min(count, EXTEND_FACTOR * (k + 1))
-    still_open = 0
-    if len(rows) and depth > run.k:
-        pos = pd.Index(np.asarray(query_ids)).get_indexer(np.asarray(run.query_ids))
-        res = store.search(collection, queries[pos[rows]], depth)
-        pad = res.k - run.k
-        ids = np.pad(ids, ((0, 0), (0, pad)), constant_values=-1)
-        scores = np.pad(scores.astype(np.float64), ((0, 0), (0, pad)), constant_values=-np.inf)
-        ids[rows], scores[rows] = res.ids, res.scores
-    if ids.shape[1] >= count:  # a full row holds every document: its last group is closed
-        ids = np.pad(ids, ((0, 0), (0, 1)), constant_values=-1)
-        scores = np.pad(scores, ((0, 0), (0, 1)), constant_values=-np.inf)
-    extended = Run.from_arrays(run.query_ids, ids, scores, assume_sorted=True)
-    if len(rows):
-        still_open = int(open_tie_groups(extended, k, tol=tol).sum())
-    return extended, len(rows), still_open, time.perf_counter() - t0
+    if not len(rows) or depth <= run.k:
+        return _closed_if_whole(run, count), 0, len(rows) if depth <= run.k else 0, 0.0
+    pos = pd.Index(np.asarray(query_ids)).get_indexer(np.asarray(run.query_ids))
+    ids = np.pad(run.doc_ids, ((0, 0), (0, depth - run.k)), constant_values=-1)
+    scores = np.pad(
+        run.scores.astype(np.float64), ((0, 0), (0, depth - run.k)), constant_values=-np.inf
+    )
+
+    def deeper(sel: np.ndarray) -> int:
+        res = store.search(collection, queries[pos[sel]], depth)
+        ids[sel, : res.k], scores[sel, : res.k] = res.ids, res.scores
+        sub = Run.from_arrays(run.query_ids[sel], ids[sel], scores[sel], assume_sorted=True)
+        return int(open_tie_groups(sub, k, tol=tol).sum()) if depth < count else 0
+
+    probe = rows[np.linspace(0, len(rows) - 1, min(PROBE_ROWS, len(rows))).astype(int)]
+    probe = np.unique(probe)
+    still_open = deeper(probe)
+    rest = np.setdiff1d(rows, probe)
+    searched = len(probe)
+    if len(rest) and still_open <= (1 - MIN_CLOSING_SHARE) * len(probe):
+        still_open += deeper(rest)
+        searched += len(rest)
+    else:
+        still_open += len(rest)
+    extended = _closed_if_whole(
+        Run.from_arrays(run.query_ids, ids, scores, assume_sorted=True), count
+    )
+    return extended, searched, still_open, time.perf_counter() - t0
+
+
+def _closed_if_whole(run: Run, count: int) -> Run:
+    """A row as deep as the collection holds every document: a no-hit column closes it."""
+    if run.k < count:
+        return run
+    ids = np.pad(run.doc_ids, ((0, 0), (0, 1)), constant_values=-1)
+    scores = np.pad(run.scores, ((0, 0), (0, 1)), constant_values=-np.inf)
+    return Run.from_arrays(run.query_ids, ids, scores, assume_sorted=True)
 
 
 def tie_summary(
@@ -110,7 +137,10 @@ def tie_summary(
     if not exact:
         groups = "truncated at k (approximate store)"
     elif n_open:
-        groups = f"closed by the exact store except {n_open} rows (groups longer than the depth searched)"
+        groups = (
+            f"closed by the exact store except {n_open} rows (tie groups too long to close: "
+            "scored as truncated)"
+        )
     else:
         groups = "closed"
     return {

@@ -522,6 +522,13 @@ class BenchmarkEvaluator:
         self._search_lock = None if is_thread_safe(store) else threading.Lock()
         self._checkpoints: list[_Checkpoint] = []
 
+    def _effective_workers(self) -> int:
+        """``workers``, or 1 for a store whose one call already uses every core."""
+        from imsearch_align.framework.interfaces import ParallelSearch
+
+        s = self.store
+        return 1 if isinstance(s, ParallelSearch) and s.parallel_search else self.workers
+
     # ------------------------------------------------------------------ public
     def evaluate(
         self,
@@ -813,7 +820,7 @@ class BenchmarkEvaluator:
 
             threads = [
                 threading.Thread(target=worker, daemon=True, name=f"imsearch-search-{j}")
-                for j in range(min(self.workers, len(todo)))
+                for j in range(min(self._effective_workers(), len(todo)))
             ]
             t0 = time.perf_counter()
             try:

@@ -35,6 +35,7 @@ __all__ = [
     "EstimatorParams",
     "ExactSearch",
     "IdLookupProvider",
+    "ParallelSearch",
     "SearchResult",
     "StoreProvenance",
     "StoreUnavailableError",
@@ -323,3 +324,13 @@ class ExactSearch(Protocol):
     """
 
     exact: bool
+
+
+@runtime_checkable
+class ParallelSearch(Protocol):
+    """A store whose single ``search`` call already uses every core (FAISS's
+    OpenMP). The evaluator then calls it from one thread: two concurrent calls
+    would run twice as many threads as cores and search slower (measured 1.7x
+    slower for FAISS flat on 2 cores)."""
+
+    parallel_search: bool
