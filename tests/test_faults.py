@@ -656,3 +656,22 @@ def test_an_unreachable_server_fails_before_the_method_is_fitted(
     assert failed.status.state == "failed" and uri in failed.status.error
     assert "Is the server running" in failed.status.error
     assert ExperimentResult.load(failed.path).status == failed.status
+
+
+@pytest.mark.parametrize(
+    ("store", "problem"),
+    [
+        ("sign-flip-faiss", ": sign flipped?"),
+        ("shifted-ids-faiss", "ids off by +1?"),
+    ],
+)
+def test_a_store_that_lies_is_caught_without_ann_fidelity(
+    store: str, problem: str, tmp_path: Path
+) -> None:
+    """Every run checks a seeded sample of the store's answers against the vectors."""
+    p = cli(*FAISS_EVAL, "--store", store, "--output-dir", str(tmp_path))
+    assert p.returncode == 3, (p.stdout, p.stderr)
+    (err,) = [ln for ln in p.stderr.splitlines() if ln.startswith("error:")]
+    assert "answers to a sample of" in err and problem in err
+    res = result_in(tmp_path)
+    assert res.status.state == "degraded" and not res.rankings["t2i"].fidelity
