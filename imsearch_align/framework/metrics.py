@@ -701,7 +701,7 @@ def bootstrap_ci(
     means = np.empty((n_resamples, v.shape[1]))
     # A resample's mean is (multiplicity counts) @ values / n: one bincount
     # and one matrix product per chunk instead of gathering (B, n, m) values.
-    chunk = max(1, 4_000_000 // max(n, 1))
+    chunk = max(1, 1_000_000 // max(n, 1))  # ~24 MB of temporaries per chunk
     for start in range(0, n_resamples, chunk):
         b = min(chunk, n_resamples - start)
         idx = rng.integers(0, n, size=(b, n), dtype=np.int64)

@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
+import pandas as pd
 
 from imsearch_align.framework.validation import check_ids, check_matrix
 
@@ -47,7 +48,8 @@ class PrecomputedEmbeddings:
             raise ValueError(f"modality must be 'image' or 'text', got {modality!r}")
         self._vectors = check_matrix(vectors, "vectors", min_rows=0)
         self._ids = check_ids(ids, "ids", n=self._vectors.shape[0])
-        self._row = {int(i): r for r, i in enumerate(self._ids)}
+        # A hash index over the ids (numpy-backed): no Python dict of every id.
+        self._row = pd.Index(self._ids)
         self.modality = modality
         self.name = name
         self.normalize = bool(normalize)
@@ -84,18 +86,15 @@ class PrecomputedEmbeddings:
                 f"PrecomputedEmbeddings.encode: items must be a 1-D sequence of integer ids, "
                 f"got shape {req.shape} dtype {req.dtype}"
             )
-        missing = [int(i) for i in req if int(i) not in self._row]
+        pos = self._row.get_indexer(req.astype(np.int64, copy=False)) if req.size else req
+        missing = req[pos < 0].tolist() if req.size else []
         if missing:
             raise KeyError(
                 f"PrecomputedEmbeddings {self.name!r}: {len(missing)} requested id(s) have no "
                 f"embedding, e.g. {missing[:5]}; held ids span [{int(self._ids.min()) if len(self) else '-'}, "
                 f"{int(self._ids.max()) if len(self) else '-'}]"
             )
-        out = (
-            self._vectors[[self._row[int(i)] for i in req]]
-            if req.size
-            else np.empty((0, self.dim), np.float32)
-        )
+        out = self._vectors[pos] if req.size else np.empty((0, self.dim), np.float32)
         if self.normalize:
             from imsearch_align.adapters.encoders._common import l2_normalize
 
