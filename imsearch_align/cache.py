@@ -29,6 +29,7 @@ from pathlib import Path
 import numpy as np
 
 from imsearch_align.framework.atomic import atomic_write
+from imsearch_align.framework.validation import array_buffer
 
 __all__ = ["CacheKey", "CorruptCacheWarning", "EmbeddingCache"]
 
@@ -100,10 +101,7 @@ class EmbeddingCache:
                 raise ValueError(
                     f"array is {arr.shape} {arr.dtype}, sidecar says {meta['shape']} {meta['dtype']}"
                 )
-            if (
-                hashlib.sha256(np.ascontiguousarray(arr).tobytes()).hexdigest()
-                != meta["array_sha256"]
-            ):
+            if hashlib.sha256(array_buffer(arr)).hexdigest() != meta["array_sha256"]:
                 raise ValueError("array checksum mismatch")
         except Exception as exc:  # any failure to verify means "do not use"
             warnings.warn(
@@ -126,7 +124,7 @@ class EmbeddingCache:
             "key": asdict(key),
             "shape": list(arr.shape),
             "dtype": str(arr.dtype),
-            "array_sha256": hashlib.sha256(arr.tobytes()).hexdigest(),
+            "array_sha256": hashlib.sha256(array_buffer(arr)).hexdigest(),
             "file_sha256": hashlib.sha256(npy.read_bytes()).hexdigest(),
             "created_unix": time.time(),
         }

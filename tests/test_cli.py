@@ -639,7 +639,9 @@ def test_embed_fills_the_cache(tmp_path):
     assert any(cache.rglob("*.npy"))
 
 
-@pytest.mark.parametrize("name", ["coco", "flickr30k", "imagenet", "hf", "precomputed", "synthetic"])
+@pytest.mark.parametrize(
+    "name", ["coco", "flickr30k", "imagenet", "hf", "precomputed", "synthetic"]
+)
 def test_list_datasets_name_prints_every_parameter(name):
     from imsearch_align.datasets import describe
 

@@ -12,7 +12,9 @@ README = Path(__file__).resolve().parents[1] / "README.md"
 def test_readme_measure_tables_equal_the_measure_table():
     text = README.read_text(encoding="utf-8")
     assert markdown_table() in text, "README's measure table differs from framework/measures.py"
-    assert task_markdown_table() in text, "README's task-measure table differs from framework/measures.py"
+    assert task_markdown_table() in text, (
+        "README's task-measure table differs from framework/measures.py"
+    )
     for m in MEASURES:  # every family appears in the table (and so in the README)
         assert f"`{m.name}" in markdown_table()
 

@@ -24,6 +24,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from imsearch_align.framework.validation import array_buffer
+
 __all__ = [
     "ParamDoc",
     "describe",
@@ -60,7 +62,7 @@ def feed_value(h: Any, v: Any) -> None:
     elif isinstance(v, np.ndarray):
         if v.dtype.kind in "biufc":
             h.update(f"a{v.dtype.str}{v.shape};".encode())
-            h.update(np.ascontiguousarray(v).tobytes())
+            h.update(array_buffer(v))
         else:
             h.update(f"l{v.size};".encode())
             for x in v.ravel():

@@ -149,7 +149,12 @@ def retrieval_captioning_bleu(
         refs = [list(r) for r in references]
     hyps = [captions[j] for j in chosen]
     return corpus_bleu(
-        hyps, refs, tokenize=tokenize, smooth_method=smooth_method, lowercase=lowercase, chosen=chosen
+        hyps,
+        refs,
+        tokenize=tokenize,
+        smooth_method=smooth_method,
+        lowercase=lowercase,
+        chosen=chosen,
     )
 
 

@@ -35,7 +35,7 @@ __all__ = ["Clock", "Study", "TaskContext"]
 
 SUPPORT, TEST = "train", "test"
 #: Rows per call when a dense method transforms a split.
-TRANSFORM_BLOCK = 8192
+TRANSFORM_BLOCK = 4096
 
 
 def _pid_alive(pid: int) -> bool:

@@ -29,7 +29,7 @@ from imsearch_align.framework.evaluator import (
     NaNScoreError,
 )
 from imsearch_align.framework.metrics import bootstrap_ci
-from imsearch_align.framework.validation import is_sparse
+from imsearch_align.framework.validation import array_buffer, is_sparse
 
 __all__ = ["default_measures", "index_and_evaluate", "ranking_result"]
 
@@ -46,14 +46,15 @@ def default_measures(k_values: tuple[int, ...]) -> list[str]:
 def _digest(x: Any) -> str:
     """Content digest of a dense or CSR matrix (or id array)."""
     h = hashlib.sha256()
+    # hashed through the array's buffer: no bytes copy of the (largest) matrix
     if is_sparse(x):
         for part in (x.data, x.indices, x.indptr):
-            h.update(np.ascontiguousarray(part).tobytes())
+            h.update(array_buffer(part))
         h.update(str(x.shape).encode())
     else:
         a = np.ascontiguousarray(x)
         h.update(str((a.shape, a.dtype)).encode())
-        h.update(a.tobytes())
+        h.update(array_buffer(a))
     return h.hexdigest()[:16]
 
 

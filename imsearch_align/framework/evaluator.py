@@ -90,7 +90,13 @@ from imsearch_align.framework.metrics import (
     evaluate_lenient,
     py_scalar,
 )
-from imsearch_align.framework.validation import check_float, check_int, check_matrix, is_sparse
+from imsearch_align.framework.validation import (
+    array_buffer,
+    check_float,
+    check_int,
+    check_matrix,
+    is_sparse,
+)
 
 __all__ = [
     "DEFAULT_MEASURES",
@@ -1241,10 +1247,10 @@ class _Checkpoint:
         if is_sparse(q):
             h.update(b"csr|")
             for part in (q.data, q.indices, q.indptr):
-                h.update(np.ascontiguousarray(part).tobytes())
+                h.update(array_buffer(part))
         else:
             h.update(b"dense|")
-            h.update(np.ascontiguousarray(q).tobytes())
+            h.update(array_buffer(q))
         if qids.dtype == object:
             h.update(pd.util.hash_array(qids.astype(object)).tobytes())
         else:

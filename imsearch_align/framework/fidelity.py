@@ -263,68 +263,105 @@ class _Truth:
             return np.asarray((self.queries.astype(np.float64) @ x.T).toarray()).ravel()
         return self.queries.astype(np.float64) @ self.docs[row].astype(np.float64)
 
-    def _sparse_block(self, sl: slice, k: int) -> tuple[np.ndarray, np.ndarray]:
-        """Scores of a block of queries against every document with a non-zero
-        inner product (``-inf`` elsewhere), and ``m_i``.
+    def _sparse_candidates(self, k: int) -> tuple[np.ndarray, np.ndarray]:
+        """``(cand, counts)``: for each query the rows of its best ``min(4k, n)``
+        documents by a float32 product (-1 where it has fewer non-zero products),
+        and how many documents have a non-zero inner product with it.
 
-        Candidates come from a float32 product (no float64 copy of the
-        documents); the best ``4k`` candidates of each row, which hold the true
-        top-k unless more than ``3k`` documents tie within float32 rounding, are
-        rescored exactly in float64, and only those scores are kept.
+        Queries go in chunks and documents in row blocks (views of the CSR
+        arrays, no copy, no transposed copy of the documents), so the working
+        memory stays near ``_BLOCK_CELLS`` cells; a chunk's running best ``4k``
+        are merged block by block. The best ``4k`` hold the true top-k unless
+        more than ``3k`` documents tie within float32 rounding.
         """
-        s = (self.queries[sl] @ self.docs.T).tocsr()
-        s.eliminate_zeros()
-        counts = np.diff(s.indptr)
-        nb = s.shape[0]
-        dense32 = np.full(s.shape, -np.inf)
-        rows = np.repeat(np.arange(nb), counts)
-        dense32[rows, s.indices] = s.data
-        c = int(min(4 * k, s.shape[1]))
-        cand = np.argpartition(-dense32, c - 1, axis=1)[:, :c] if c else np.zeros((nb, 0), int)
-        real = np.isfinite(np.take_along_axis(dense32, cand, axis=1))
-        exact = self.pair_scores(np.arange(sl.start, sl.start + nb), np.where(real, cand, -1))
-        dense = np.full(s.shape, -np.inf)
-        r = np.repeat(np.arange(nb), c).reshape(nb, c)
-        dense[r[real], cand[real]] = exact[real]
-        return dense, np.minimum(counts, k)
+        import scipy.sparse as sp
+
+        nq, n, d = self.nq, self.n, self.docs.shape[1]
+        c = int(min(4 * k, n))
+        cand = np.full((nq, c), -1, dtype=np.int64)
+        counts = np.zeros(nq, dtype=np.int64)
+        qc = min(nq, 256)
+        docs = self.docs
+        avg = max(1, docs.nnz // max(1, n))
+        step = max(1, min(_BLOCK_CELLS // qc, _BLOCK_CELLS * 2 // avg))
+        for q0 in range(0, nq, qc):
+            qT = self.queries[q0 : q0 + qc].T.tocsr()
+            nb = qT.shape[1]
+            best_s = np.full((nb, c), -np.inf)
+            best_i = np.full((nb, c), -1, dtype=np.int64)
+            for r0 in range(0, n, step):
+                r1 = min(n, r0 + step)
+                a, b = int(docs.indptr[r0]), int(docs.indptr[r1])
+                block = sp.csr_matrix(
+                    (
+                        docs.data[a:b],
+                        docs.indices[a:b],
+                        (docs.indptr[r0 : r1 + 1] - a).astype(docs.indptr.dtype),
+                    ),
+                    shape=(r1 - r0, d),
+                )
+                prod = (block @ qT).tocoo()
+                nz = prod.data != 0
+                rows, cols = prod.row[nz], prod.col[nz]
+                counts[q0 : q0 + nb] += np.bincount(cols, minlength=nb)
+                scores = np.full((nb, r1 - r0), -np.inf)
+                scores[cols, rows] = prod.data[nz]
+                both_s = np.concatenate([best_s, scores], axis=1)
+                both_i = np.concatenate(
+                    [best_i, np.broadcast_to(np.arange(r0, r1), (nb, r1 - r0))], axis=1
+                )
+                sel = np.argpartition(-both_s, c - 1, axis=1)[:, :c]
+                best_s = np.take_along_axis(both_s, sel, axis=1)
+                best_i = np.take_along_axis(both_i, sel, axis=1)
+            cand[q0 : q0 + nb] = np.where(np.isfinite(best_s), best_i, -1)
+        return cand, counts
 
     def kth(self, k: int) -> tuple[np.ndarray, np.ndarray]:
         """``(t, m)``: the true ``m_i``-th best score and ``m_i`` for each query (brute force).
 
         Dense: ``m_i = min(k, n)``, scores from a float32 matrix product
         (its rounding is far inside the tolerance). Sparse: only documents
-        with a non-zero inner product count, computed in float64.
+        with a non-zero inner product count; the candidates of a float32
+        product are rescored exactly in float64.
         """
         nq, n = self.nq, self.n
         t = np.full(nq, np.inf)
         m = np.zeros(nq, dtype=np.int64)
         if nq == 0 or n == 0:
             return t, m
+        kk = min(k, n)
+        if self.sparse:
+            cand, counts = self._sparse_candidates(k)
+            exact = self.pair_scores(np.arange(nq), cand)
+            m = np.minimum(counts, k)
+            srt = np.sort(np.where(cand >= 0, exact, -np.inf), axis=1)[:, ::-1]
+            val = srt[np.arange(nq), np.maximum(m - 1, 0)]
+            return np.where(m > 0, val, np.inf), m
         step = max(1, _BLOCK_CELLS // n)
         for q0 in range(0, nq, step):
             sl = slice(q0, q0 + step)
-            if self.sparse:
-                dense, mm = self._sparse_block(sl, k)
-            else:
-                dense = self.queries[sl] @ self.docs.T
-                mm = np.full(dense.shape[0], min(k, n), dtype=np.int64)
-            if (mm > 0).any():
-                srt = -np.partition(-dense, min(k, n) - 1, axis=1)[:, : min(k, n)]
-                srt = np.sort(srt, axis=1)[:, ::-1]
-                val = srt[np.arange(len(mm)), np.maximum(mm - 1, 0)].astype(np.float64)
-                t[sl] = np.where(mm > 0, val, np.inf)
-            m[sl] = mm
+            dense = self.queries[sl] @ self.docs.T
+            srt = -np.partition(-dense, kk - 1, axis=1)[:, :kk]
+            srt = np.sort(srt, axis=1)[:, ::-1]
+            t[sl] = srt[:, kk - 1].astype(np.float64)
+            m[sl] = kk
         return t, m
 
 
 def _sparse_row_norms(m: Any) -> np.ndarray:
-    """Row L2 norms of a CSR matrix, summed in float64 in blocks of its data."""
+    """Row L2 norms of a CSR matrix, summed in float64 over row blocks of its data."""
     out = np.zeros(m.shape[0])
-    step = 1 << 22
-    for a in range(0, len(m.data), step):
-        d = m.data[a : a + step].astype(np.float64)
-        rows = np.searchsorted(m.indptr, np.arange(a, a + len(d)), side="right") - 1
-        out += np.bincount(rows, weights=d * d, minlength=m.shape[0])
+    n = m.shape[0]
+    r0 = 0
+    while r0 < n:
+        # about 4M stored values a block (at least one row)
+        r1 = int(np.searchsorted(m.indptr, m.indptr[r0] + (1 << 22), side="right")) - 1
+        r1 = min(n, max(r1, r0 + 1))
+        a, b = int(m.indptr[r0]), int(m.indptr[r1])
+        d = m.data[a:b].astype(np.float64)
+        rows = np.repeat(np.arange(r1 - r0), np.diff(m.indptr[r0 : r1 + 1]))
+        out[r0:r1] = np.bincount(rows, weights=d * d, minlength=r1 - r0)
+        r0 = r1
     return np.sqrt(out)
 
 

@@ -22,6 +22,14 @@ def is_sparse(x: Any) -> bool:
     return sp.issparse(x)
 
 
+def array_buffer(a: Any) -> memoryview | bytes:
+    """The bytes of a numeric array for hashing, without the copy ``tobytes()``
+    makes (a C-contiguous array is read in place; ``b""`` when it is empty).
+    Hashes equal those of ``np.ascontiguousarray(a).tobytes()``."""
+    b = np.ascontiguousarray(a)
+    return memoryview(b).cast("B") if b.size else b""
+
+
 def check_matrix(
     x: Any,
     name: str,

@@ -34,7 +34,7 @@ from imsearch_align.framework.validation import check_matrix
 __all__ = ["AlignmentBase", "Moments", "NotFittedError", "l2_normalize", "support_moments"]
 
 #: Rows per float64 block in :func:`support_moments`.
-MOMENT_BLOCK = 8192
+MOMENT_BLOCK = 2048
 
 
 def l2_normalize(a: np.ndarray) -> np.ndarray:
@@ -84,8 +84,10 @@ def support_moments(X: np.ndarray, Y: np.ndarray, *, block: int = MOMENT_BLOCK) 
     Kyy = np.zeros((Y.shape[1], Y.shape[1]))
     Kxy = np.zeros((X.shape[1], Y.shape[1]))
     for s in range(0, n, block):
-        xb = X[s : s + block].astype(np.float64) - mean_x
-        yb = Y[s : s + block].astype(np.float64) - mean_y
+        xb = X[s : s + block].astype(np.float64)
+        xb -= mean_x
+        yb = Y[s : s + block].astype(np.float64)
+        yb -= mean_y
         Kxx += xb.T @ xb
         Kyy += yb.T @ yb
         Kxy += xb.T @ yb

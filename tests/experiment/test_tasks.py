@@ -44,6 +44,7 @@ def tiny_tasks_plugin():
             if name in reg:
                 reg.unregister(name)
 
+
 CLASSES = {"kind": "classes"}
 ITEMS = {"kind": "items", "n_items": 20}
 

@@ -248,3 +248,34 @@ def test_deprecated_score_based_form(ids, scores, want):
 def test_deprecated_form_bad_arguments():
     with pytest.warns(DeprecationWarning), pytest.raises(ValueError, match="has 1 queries"):
         ann_recall(R([[1]], [[1.0]]), EXACT, 1)
+
+
+@pytest.mark.parametrize("block_cells", [1 << 21, 97])
+def test_sparse_kth_equals_float64_brute_force_over_blocks(monkeypatch, block_cells):
+    """The true k-th best non-zero score of each query, computed in query chunks
+    and document row blocks (a tiny budget forces many of both), equals a dense
+    float64 brute force; queries that share no term with any document get m = 0."""
+    import imsearch_align.framework.fidelity as fid
+
+    monkeypatch.setattr(fid, "_BLOCK_CELLS", block_cells)
+    rng = np.random.default_rng(7)
+    docs = sp.random(700, 300, density=0.02, format="csr", dtype=np.float32, random_state=rng)
+    q = sp.random(300, 300, density=0.02, format="csr", dtype=np.float32, random_state=rng)
+    q = sp.vstack([q, sp.csr_matrix((1, 300), dtype=np.float32)]).tocsr()  # a query with no terms
+    k = 5
+    truth = fid._Truth(docs, np.arange(700), q)
+    t, m = truth.kth(k)
+    full = q.astype(np.float64) @ docs.astype(np.float64).T
+    full = full.toarray()
+    nz = (q.astype(np.float64) @ (docs != 0).astype(np.float64).T).toarray() > 0
+    for i in range(q.shape[0]):
+        vals = np.sort(full[i, nz[i]])[::-1]
+        assert m[i] == min(k, vals.size), i
+        if m[i]:
+            assert t[i] == pytest.approx(vals[m[i] - 1], rel=1e-12, abs=1e-15), i
+        else:
+            assert t[i] == np.inf
+    assert m[-1] == 0 and (m < k).any() and (m == k).any()
+    np.testing.assert_allclose(
+        truth.xnorm, np.sqrt((docs.astype(np.float64).multiply(docs)).sum(axis=1)).A1, rtol=1e-12
+    )

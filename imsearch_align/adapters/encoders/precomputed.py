@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from imsearch_align.framework.validation import check_ids, check_matrix
+from imsearch_align.framework.validation import array_buffer, check_ids, check_matrix
 
 __all__ = ["PrecomputedEmbeddings"]
 
@@ -54,7 +54,7 @@ class PrecomputedEmbeddings:
         self.name = name
         self.normalize = bool(normalize)
         h = hashlib.sha256(self._ids.tobytes())
-        h.update(self._vectors.tobytes())
+        h.update(array_buffer(self._vectors))
         self.id = f"precomputed:{name}:{h.hexdigest()[:16]}{':l2' if normalize else ''}"
 
     @property
