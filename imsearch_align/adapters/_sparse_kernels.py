@@ -23,6 +23,8 @@ import numpy as np
 from numba import njit, types
 from numba.extending import intrinsic
 
+from imsearch_align.framework._select import select_desc
+
 try:  # llvmlite ships with numba; used only to emit llvm.prefetch
     from llvmlite import ir as _ir
 except ImportError:  # pragma: no cover - numba always brings llvmlite
@@ -222,41 +224,6 @@ def _exact_select(
 
 
 @njit(nogil=True, cache=True)
-def _select_desc(a, n, r):
-    """The ``r``-th largest (0-based) of ``a[:n]``; reorders ``a[:n]`` (Hoare quickselect)."""
-    lo = 0
-    hi = n - 1
-    while hi > lo:
-        mid = (lo + hi) >> 1
-        x, y, z = a[lo], a[mid], a[hi]  # median of three as the pivot
-        if x < y:
-            x, y = y, x
-        if y < z:
-            y = z
-            if x < y:
-                y = x
-        pivot = y
-        i = lo
-        j = hi
-        while i <= j:
-            while a[i] > pivot:
-                i += 1
-            while a[j] < pivot:
-                j -= 1
-            if i <= j:
-                a[i], a[j] = a[j], a[i]
-                i += 1
-                j -= 1
-        if r <= j:
-            hi = j
-        elif r >= i:
-            lo = i
-        else:
-            return a[r]
-    return a[r]
-
-
-@njit(nogil=True, cache=True)
 def split_postings(indptr, indices, data, n_cols, heavy_fraction):
     """Posting lists of the docs, split in a heavy and a light part, and the parts' norms.
 
@@ -282,7 +249,7 @@ def split_postings(indptr, indices, data, n_cols, heavy_fraction):
         # entries equal to it in column order until nh are taken
         for x in range(nnz):
             mag[x] = abs(data[p0 + x])
-        t = _select_desc(mag, nnz, nh - 1)
+        t = select_desc(mag, nnz, nh - 1)
         n_above = 0
         for p in range(p0, p1):
             if abs(data[p]) > t:

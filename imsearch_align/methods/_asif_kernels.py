@@ -23,6 +23,8 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
+from imsearch_align.framework._select import select_desc
+
 
 @njit(nogil=True, cache=True, inline="always")
 def _dot64(x, y):
@@ -44,42 +46,6 @@ def _dot64(x, y):
         s0 += np.float64(x[i]) * y[i]
         i += 1
     return ((s0 + s1) + (s2 + s3)) + ((s4 + s5) + (s6 + s7))
-
-
-@njit(nogil=True, cache=True)
-def _select_desc(a, n, r):
-    """The ``r``-th largest (0-based) of ``a[:n]``; reorders ``a[:n]`` (Hoare quickselect)."""
-    lo = 0
-    hi = n - 1
-    while hi > lo:
-        mid = (lo + hi) >> 1
-        # median of three as the pivot
-        x, y, z = a[lo], a[mid], a[hi]
-        if x < y:
-            x, y = y, x
-        if y < z:
-            y = z
-            if x < y:
-                y = x
-        pivot = y
-        i = lo
-        j = hi
-        while i <= j:
-            while a[i] > pivot:
-                i += 1
-            while a[j] < pivot:
-                j -= 1
-            if i <= j:
-                a[i], a[j] = a[j], a[i]
-                i += 1
-                j -= 1
-        if r <= j:
-            hi = j
-        elif r >= i:
-            lo = i
-        else:
-            return a[r]
-    return a[r]
 
 
 @njit(nogil=True, cache=True)
@@ -119,7 +85,7 @@ def select_rows(C, Q, A, r0, r1, k, margin, exponent, weights, out_idx, out_val,
                 ns += 1
             want = (k // stride) + (k // (2 * stride)) + 8
             if want < ns:
-                t_est = _select_desc(sbuf, ns, want - 1)
+                t_est = select_desc(sbuf, ns, want - 1)
         # 2. collect the values at or above it (ascending anchor index); the
         # exact float32 k-th largest t among them; again lower if t - margin < t_est
         while True:
@@ -134,7 +100,7 @@ def select_rows(C, Q, A, r0, r1, k, margin, exponent, weights, out_idx, out_val,
                 continue
             for x in range(m):
                 sbuf[x] = vbuf[x]
-            t = _select_desc(sbuf, m, k - 1)
+            t = select_desc(sbuf, m, k - 1)
             if t - margin >= t_est:
                 break
             t_est = t - margin
