@@ -95,6 +95,28 @@ def test_every_store_tie_rule_value_lies_within_the_bounds(results):
                 assert t["low"] - 1e-12 <= r.metrics[m] <= t["high"] + 1e-12, (store, name, m)
 
 
+@pytest.mark.integration
+def test_a_real_milvus_235_flat_server_gives_the_same_tie_aware_metrics(
+    results, milvus_standalone, tmp_path
+):
+    """The issue's check on a real Milvus 2.3.5 standalone (FLAT, over gRPC):
+    tie-aware metrics equal ExactStore's to 1e-9, its tie-rule values within the bounds."""
+    pytest.importorskip("pymilvus")
+    res = run_experiment(
+        _cfg(tmp_path, "milvus", {"uri": milvus_standalone.uri, "index": "FLAT"}),
+        output_dir=tmp_path / "res",
+        progress=False,
+    )
+    assert res.status.ok, res.status
+    ref = results["exact"]
+    for name, r in res.rankings.items():
+        assert r.ties["groups"] == "closed", name
+        for m, v in ref.rankings[name].metrics.items():
+            assert r.metrics[m] == pytest.approx(v, abs=1e-9), (name, m)
+        for m, t in r.ties["measures"].items():
+            assert t["low"] - 1e-12 <= r.tie_rule[m] <= t["high"] + 1e-12, (name, m)
+
+
 def test_the_leaderboard_and_console_show_the_bounds(results, tmp_path):
     from imsearch_align.leaderboard import results_frame, to_markdown
 
