@@ -19,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
+import signal
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -30,6 +31,12 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+# A suite started in the background by a non-interactive shell inherits SIGINT
+# ignored, and then neither Ctrl-C nor _thread.interrupt_main() reaches Python
+# (nor the subprocesses it starts): the Ctrl-C tests would test nothing.
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 from imsearch_align.testing.servers import (  # after the offline settings
     ServerHandle,
