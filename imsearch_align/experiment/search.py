@@ -259,6 +259,7 @@ def _one_ranking(
     """Evaluate one query set (one rank deeper than the cut-offs, to see tie
     groups crossing them), then score it tie-aware."""
     from imsearch_align.experiment.tie_aware import (
+        Rescorer,
         close_groups,
         is_exact,
         tie_summary,
@@ -283,12 +284,21 @@ def _one_ranking(
     res = _evaluate(ctx, label, ev, q, qrels, query_ids, doc_ids, docs.shape[0], spec.build_s)
     tol = tolerance_for(cfg, q)
     exact = is_exact(spec.searcher)
+    # Tie groups from float64 scores of the vectors where the store's float32
+    # scores cannot decide them; a wrapped searcher (classification's
+    # best-prompt mapping) returns ids that are not rows of docs: its scores stand.
+    rescore = None
+    if spec.searcher is ctx.store:
+        qids = np.arange(q.shape[0]) if query_ids is None else query_ids
+        rescore = Rescorer(docs, doc_ids, q, qids, tol)
     run, n_ext, n_open, ext_s = res.run, 0, 0, 0.0
+    if rescore is not None:
+        run = rescore(run)
     if exact:
         s = spec.searcher
         count = s.count(spec.collection) if isinstance(s, CollectionCatalog) else docs.shape[0]
         run, n_ext, n_open, ext_s = close_groups(
-            s, spec.collection, run, q, query_ids, spec.k, tol, count
+            s, spec.collection, run, q, query_ids, spec.k, tol, count, rescore
         )
     ta = tie_aware_evaluate(
         run,
@@ -300,7 +310,14 @@ def _one_ranking(
         lenient=True,
     )
     ranking = ranking_result(label, res, n_docs=docs.shape[0], index_build_s=spec.build_s, ties=ta)
-    summary = tie_summary(ta, exact=exact, n_extended=n_ext, n_open=n_open, extend_s=ext_s)
+    summary = tie_summary(
+        ta,
+        exact=exact,
+        n_extended=n_ext,
+        n_open=n_open,
+        extend_s=ext_s,
+        n_rescored=rescore.n_rescored if rescore is not None else None,
+    )
     ranking = replace(ranking, ties=summary)
     return res, ranking
 

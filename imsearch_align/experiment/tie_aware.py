@@ -11,6 +11,12 @@ for the relevant documents.
 
 Scores tie when they are within ``tie_tolerance`` relative (default: tied to
 float32 epsilon and the dimension, :func:`~imsearch_align.framework.ties.default_tolerance`).
+Tie groups are formed from **float64 scores recomputed from the vectors**
+wherever the store's own float32 scores cannot decide them: two stores'
+gaps between the same two documents differ by up to that default
+tolerance, so a gap near ``tie_tolerance`` would be a link in one store and
+not in the other (:class:`Rescorer`). Elsewhere the store's scores decide
+the same groups, and are used as they are.
 The store is asked for one result more than the largest cut-off, so a tie
 group crossing the cut-off is seen. An exact store is then searched deeper
 for the rows whose group is still open, until every group closes (the
@@ -32,7 +38,7 @@ from imsearch_align.framework.interfaces import ExactSearch
 from imsearch_align.framework.metrics import Run
 from imsearch_align.framework.validation import is_sparse
 
-__all__ = ["close_groups", "is_exact", "tie_summary", "tolerance_for"]
+__all__ = ["Rescorer", "close_groups", "is_exact", "tie_summary", "tolerance_for"]
 
 
 def is_exact(store: Any) -> bool:
@@ -40,19 +46,59 @@ def is_exact(store: Any) -> bool:
     return isinstance(store, ExactSearch) and bool(store.exact)
 
 
+def _dim(queries: Any) -> int:
+    """The queries' dimension (a sparse query's is its largest number of non-zeros)."""
+    if is_sparse(queries):
+        nnz = np.diff(queries.indptr)
+        return max(int(nnz.max()) if len(nnz) else 1, 1)
+    return max(int(queries.shape[1]), 1)
+
+
 def tolerance_for(config: Any, queries: Any) -> float:
-    """``config.tie_tolerance``, or the default for the queries' dimension
-    (a sparse query's dimension is its largest number of non-zeros)."""
+    """``config.tie_tolerance``, or the default for the queries' dimension."""
     from imsearch_align.framework.ties import default_tolerance
 
     if config.tie_tolerance is not None:
         return float(config.tie_tolerance)
-    if is_sparse(queries):
-        nnz = np.diff(queries.indptr)
-        dim = int(nnz.max()) if len(nnz) else 1
-    else:
-        dim = int(queries.shape[1])
-    return default_tolerance(max(dim, 1))
+    return default_tolerance(_dim(queries))
+
+
+class Rescorer:
+    """Replaces a store's scores by float64 ones recomputed from the vectors,
+    in the rows whose tie groups the store's scores cannot decide
+    (:func:`~imsearch_align.framework.ties.ambiguous_rows`, with the rounding
+    difference between two stores bounded by
+    :func:`~imsearch_align.framework.ties.default_tolerance` of the dimension),
+    and re-sorts those rows. Rows without such a gap keep the store's scores:
+    there they form the groups the float64 scores would.
+    """
+
+    def __init__(self, docs: Any, doc_ids: Any, queries: Any, query_ids: Any, tol: float) -> None:
+        from imsearch_align.framework.ties import default_tolerance
+
+        self._args = (docs, doc_ids, queries)
+        self._query_ids = np.asarray(query_ids)
+        self._truth: Any = None
+        self.tol = float(tol)
+        self.error = default_tolerance(_dim(queries))
+        #: Rows rescored so far (over every call).
+        self.n_rescored = 0
+
+    def __call__(self, run: Run) -> Run:
+        from imsearch_align.framework.fidelity import TrueScores
+        from imsearch_align.framework.ties import ambiguous_rows
+
+        rows = ambiguous_rows(run, self.tol, self.error)
+        if not len(rows):
+            return run
+        if self._truth is None:
+            self._truth = TrueScores(*self._args)
+        qrows = pd.Index(self._query_ids).get_indexer(np.asarray(run.query_ids)[rows])
+        true = self._truth(qrows, run.doc_ids[rows])
+        scores = run.scores.astype(np.float64)
+        scores[rows] = np.where(np.isnan(true), scores[rows], true)  # unknown ids: the store's
+        self.n_rescored += len(rows)
+        return Run.from_arrays(run.query_ids, run.doc_ids, scores, copy=False)
 
 
 #: How much deeper than the cut-off an exact store is searched to close tie groups.
@@ -72,6 +118,7 @@ def close_groups(
     k: int,
     tol: float,
     count: int,
+    rescore: Any = None,
 ) -> tuple[Run, int, int, float]:
     """Search an exact store deeper for the rows whose tie group at rank ``k``
     is still open, ``EXTEND_FACTOR * (k + 1)`` deep (bounded, so a space full
@@ -81,7 +128,8 @@ def close_groups(
     searched only if most of the probe's groups closed. In a space whose
     scores differ below float32 resolution (local CKA's can), deeper searches
     close nothing and would cost a full search each: those rows are scored as
-    truncated instead. Returns the extended run, the rows searched again, the
+    truncated instead. ``rescore`` (a :class:`Rescorer`) recomputes the
+    deeper rows' near-tie scores before their groups are judged. Returns the extended run, the rows searched again, the
     rows still open (scored as truncated) and the time taken. A row that holds
     every document gets a no-hit column, which closes its last group.
     """
@@ -102,6 +150,9 @@ def close_groups(
         res = store.search(collection, queries[pos[sel]], depth)
         ids[sel, : res.k], scores[sel, : res.k] = res.ids, res.scores
         sub = Run.from_arrays(run.query_ids[sel], ids[sel], scores[sel], assume_sorted=True)
+        if rescore is not None:
+            sub = rescore(sub)
+            ids[sel], scores[sel] = sub.doc_ids, sub.scores
         return int(open_tie_groups(sub, k, tol=tol).sum()) if depth < count else 0
 
     probe = rows[np.linspace(0, len(rows) - 1, min(PROBE_ROWS, len(rows))).astype(int)]
@@ -130,9 +181,17 @@ def _closed_if_whole(run: Run, count: int) -> Run:
 
 
 def tie_summary(
-    ta: Any, *, exact: bool, n_extended: int, n_open: int, extend_s: float
+    ta: Any,
+    *,
+    exact: bool,
+    n_extended: int,
+    n_open: int,
+    extend_s: float,
+    n_rescored: int | None = None,
 ) -> dict[str, Any]:
-    """The JSON-ready tie report of one ranking (see the module docstring)."""
+    """The JSON-ready tie report of one ranking (see the module docstring).
+    ``n_rescored``: rows whose scores were recomputed in float64 (None: the
+    store's scores were used as they are)."""
     lo, hi, dep, trunc = ta.low_mean(), ta.high_mean(), ta.n_tie_dependent, ta.n_truncated
     if not exact:
         groups = "truncated at k (approximate store)"
@@ -148,6 +207,7 @@ def tie_summary(
         "groups": groups,
         "rows_searched_deeper": int(n_extended),
         "search_deeper_s": float(extend_s),
+        "rows_rescored": None if n_rescored is None else int(n_rescored),
         "measures": {
             m: {"low": lo[m], "high": hi[m], "n_tie_dependent": dep[m], "n_truncated": trunc[m]}
             for m in ta.measures

@@ -40,6 +40,7 @@ import dataclasses
 import time
 import warnings
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any
 
 import numpy as np
@@ -47,7 +48,7 @@ import numpy as np
 from imsearch_align.framework.interfaces import SearchResult
 from imsearch_align.framework.validation import check_int, check_matrix, is_sparse
 
-__all__ = ["FidelityReport", "ann_recall", "default_rtol", "measure_fidelity"]
+__all__ = ["FidelityReport", "TrueScores", "ann_recall", "default_rtol", "measure_fidelity"]
 
 _EPS32 = float(np.finfo(np.float32).eps)
 _TINY = float(np.finfo(np.float32).tiny)
@@ -194,19 +195,22 @@ class _Truth:
         if self._sorted.size > 1 and (self._sorted[1:] == self._sorted[:-1]).any():
             dup = self._sorted[1:][self._sorted[1:] == self._sorted[:-1]][:5]
             raise ValueError(f"doc_ids must be unique, got repeated ids {dup.tolist()}")
-        # Norms in float64 without a float64 copy of the vectors (the documents
-        # can be the largest array of the run: ASIF captions, 38M non-zeros).
         if self.sparse:
-            self.xnorm = _sparse_row_norms(self.docs)
-            self.qnorm = _sparse_row_norms(self.queries)
             nnz = np.diff(self.queries.indptr)
             self.eff_dim = int(nnz.max()) if nnz.size else 1
         else:
-            self.xnorm = np.sqrt(np.einsum("ij,ij->i", self.docs, self.docs, dtype=np.float64))
-            self.qnorm = np.sqrt(
-                np.einsum("ij,ij->i", self.queries, self.queries, dtype=np.float64)
-            )
             self.eff_dim = int(self.docs.shape[1])
+
+    # Norms in float64 without a float64 copy of the vectors (the documents can
+    # be the largest array of the run: ASIF captions, 38M non-zeros); computed
+    # on first use (rescoring a few pairs needs none).
+    @cached_property
+    def xnorm(self) -> np.ndarray:
+        return _row_norms(self.docs)
+
+    @cached_property
+    def qnorm(self) -> np.ndarray:
+        return _row_norms(self.queries)
 
     @property
     def n(self) -> int:
@@ -346,6 +350,44 @@ class _Truth:
             t[sl] = srt[:, kk - 1].astype(np.float64)
             m[sl] = kk
         return t, m
+
+
+class TrueScores:
+    """Inner products recomputed in float64 from the indexed vectors, for any
+    ``(query row, doc id)`` pairs (what a store returned).
+
+    Args:
+        docs: the vectors the store indexed, dense ``(n, d)`` or CSR.
+        doc_ids: their ids, ``(n,)``, unique integers.
+        queries: the query vectors, dense or CSR like ``docs``.
+    """
+
+    def __init__(self, docs: Any, doc_ids: Any, queries: Any) -> None:
+        self._truth = _Truth(docs, doc_ids, queries)
+
+    def __call__(self, query_rows: np.ndarray, ids: np.ndarray) -> np.ndarray:
+        """``(m, c)`` float64: row ``i`` scores query ``query_rows[i]`` against
+        the docs ``ids[i]``; NaN for ``-1`` and for ids never indexed."""
+        qrows = np.asarray(query_rows, dtype=np.int64)
+        ids = np.asarray(ids, dtype=np.int64)
+        if ids.ndim != 2 or qrows.shape != (ids.shape[0],):
+            raise ValueError(
+                f"TrueScores: ids must be (m, c) and query_rows (m,), got {ids.shape} and "
+                f"{qrows.shape}"
+            )
+        if len(qrows) and (qrows.min() < 0 or qrows.max() >= self._truth.nq):
+            raise ValueError(
+                f"TrueScores: query_rows must lie in [0, {self._truth.nq}), got "
+                f"[{qrows.min()}, {qrows.max()}]"
+            )
+        return self._truth.pair_scores(qrows, self._truth.positions(ids))
+
+
+def _row_norms(m: Any) -> np.ndarray:
+    """Euclidean norm of every row, in float64 (dense or CSR)."""
+    if is_sparse(m):
+        return _sparse_row_norms(m)
+    return np.sqrt(np.einsum("ij,ij->i", m, m, dtype=np.float64))
 
 
 def _sparse_row_norms(m: Any) -> np.ndarray:

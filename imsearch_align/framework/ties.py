@@ -100,6 +100,7 @@ __all__ = [
     "EPS_F32",
     "TIE_AWARE_FAMILIES",
     "TieAwareResult",
+    "ambiguous_rows",
     "default_tolerance",
     "open_tie_groups",
     "tie_aware_evaluate",
@@ -264,6 +265,31 @@ def _sparse_links(scores: np.ndarray, empty: np.ndarray, tol: float):
     r, c = np.concatenate(rows), np.concatenate(cols)
     keep = _is_link(scores[r, c], scores[r, c + 1], tol) & ~empty[r, c] & ~empty[r, c + 1]
     return r[keep].astype(np.int64), c[keep].astype(np.int64)
+
+
+def ambiguous_rows(run: Run, tol: float, error: float) -> np.ndarray:
+    """Rows whose tie groups the run's own scores cannot decide: sorted row indices.
+
+    A store's score is the true inner product give or take its rounding, and
+    two stores' gaps between the same two documents differ by up to
+    ``error`` (relative, as ``tol``; :func:`default_tolerance` of the
+    dimension bounds it). A gap ``<= tol - error`` is then a link in every
+    store and one ``> tol + error`` in none, so only rows holding a gap in
+    between (or, with ``tol < error``, any gap ``<= tol + error``) may group
+    differently from store to store: those need their scores recomputed in
+    float64 before grouping. No-hit cells never link.
+    """
+    if not isinstance(run, Run):
+        raise TypeError(f"ambiguous_rows: run must be a Run, got {type(run).__name__}")
+    t = _resolve_tolerance(tol, None, "ambiguous_rows")
+    e = _resolve_tolerance(error, None, "ambiguous_rows (error)")
+    r, c = _sparse_links(run.scores, run.empty, t + e)
+    if not len(r):
+        return r
+    a = run.scores[r, c].astype(np.float64)
+    b = run.scores[r, c + 1].astype(np.float64)
+    sure = (a - b) <= (t - e) * np.maximum(np.maximum(a, -b), 1.0)
+    return np.unique(r[~sure])
 
 
 def _link_runs(lr: np.ndarray, li: np.ndarray):

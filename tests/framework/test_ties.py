@@ -524,3 +524,48 @@ def test_fast_tie_scan_finds_exactly_the_documented_links(dtype, scale):
     np.testing.assert_array_equal(ties._link_matrix(run.scores, run.empty, tol), expect)
     lr, li = ties._sparse_links(run.scores, run.empty, tol)
     np.testing.assert_array_equal(np.stack([lr, li]), np.stack(np.nonzero(expect)))
+
+
+# ----------------------------------------------------------------------------- ambiguous rows
+
+
+@pytest.mark.parametrize("tol_factor", [0.0, 0.5, 1.0, 3.0])
+def test_ambiguous_rows_are_exactly_those_with_a_gap_in_the_band(tol_factor):
+    """A row is ambiguous iff some neighbouring pair of hits has a gap in
+    ``(tol - error, tol + error]`` (relative to ``max(1, |a|, |b|)``)."""
+    rng = np.random.default_rng(int(tol_factor * 10))
+    error = 1e-5
+    tol = tol_factor * error
+    n, K = 300, 12
+    vals = [0.0, 0.2, 0.9, 1.1, 1.9, 2.5, 4.1, 50.0]
+    steps = rng.choice(vals, size=(n, K), p=[0.04] * 7 + [0.72]) * error
+    steps[:, 0] = 0
+    scores = 0.7 - np.cumsum(steps, axis=1)
+    scores[:5] *= 400  # |s| > 1: the relative scale matters
+    ids = np.tile(np.arange(K), (n, 1))
+    ids[rng.random(n) < 0.2, K - 3 :] = -1
+    scores = np.where(ids < 0, -np.inf, scores)
+    run = Run.from_arrays(np.arange(n), ids, scores)
+    expect = []
+    for r in range(n):
+        for i in range(K - 1):
+            if run.empty[r, i + 1]:
+                continue
+            a, b = float(run.scores[r, i]), float(run.scores[r, i + 1])
+            scale = max(1.0, abs(a), abs(b))
+            if (tol - error) * scale < a - b <= (tol + error) * scale:
+                expect.append(r)
+                break
+    got = ties.ambiguous_rows(run, tol, error)
+    assert 0 < len(expect) < n
+    np.testing.assert_array_equal(got, expect)
+
+
+def test_ambiguous_rows_bad_input():
+    run, _ = _tiny()
+    with pytest.raises(ValueError, match="tol"):
+        ties.ambiguous_rows(run, -1.0, 1e-6)
+    with pytest.raises(ValueError, match="error"):
+        ties.ambiguous_rows(run, 1e-6, float("nan"))
+    with pytest.raises(TypeError, match="Run"):
+        ties.ambiguous_rows("run", 1e-6, 1e-6)
