@@ -247,12 +247,20 @@ class _Truth:
                 continue
             pp = np.where(real, p, 0)
             if self.sparse:
-                import scipy.sparse as sp
+                from imsearch_align.framework._pair_kernels import sparse_pair_dots
 
-                xs = self.docs[pp.ravel()].astype(np.float64)
-                qs = self.queries[np.repeat(qr, k)].astype(np.float64)
-                v = np.asarray(sp.csr_matrix(xs.multiply(qs)).sum(axis=1)).ravel()
-                v = v.reshape(p.shape)
+                q, x = self.queries, self.docs
+                v = sparse_pair_dots(
+                    q.indptr,
+                    q.indices,
+                    q.data,
+                    x.indptr,
+                    x.indices,
+                    x.data,
+                    np.ascontiguousarray(qr, dtype=np.int64),
+                    np.ascontiguousarray(pp, dtype=np.int64),
+                    int(x.shape[1]),
+                )
             else:
                 xs = self.docs[pp].astype(np.float64)
                 qs = self.queries[qr].astype(np.float64)
