@@ -38,3 +38,28 @@ def sparse_pair_dots(q_indptr, q_indices, q_data, d_indptr, d_indices, d_data, q
         for p in range(q_indptr[qr], q_indptr[qr + 1]):
             acc[q_indices[p]] = 0.0
     return out
+
+
+@njit(nogil=True, cache=True)
+def dense_pair_dots(queries, docs, qrows, pos):
+    """``out[i, j] = queries[qrows[i]] . docs[pos[i, j]]`` in float64 (each
+    product exact, summed in index order); NaN where ``pos < 0``. Reads the
+    rows where they are: no gathered copy."""
+    n, k = pos.shape
+    d = queries.shape[1]
+    out = np.empty((n, k), dtype=np.float64)
+    q64 = np.empty(d, dtype=np.float64)
+    for i in range(n):
+        qr = qrows[i]
+        for t in range(d):
+            q64[t] = queries[qr, t]
+        for j in range(k):
+            r = pos[i, j]
+            if r < 0:
+                out[i, j] = np.nan
+                continue
+            s = 0.0
+            for t in range(d):
+                s += q64[t] * np.float64(docs[r, t])
+            out[i, j] = s
+    return out

@@ -232,41 +232,20 @@ class _Truth:
         return pos
 
     def pair_scores(self, qrows: np.ndarray, pos: np.ndarray) -> np.ndarray:
-        """True inner products of query ``qrows[i]`` with doc row ``pos[i, j]`` (NaN for -1)."""
-        out = np.full(pos.shape, np.nan)
-        if pos.size == 0:
-            return out
-        k = pos.shape[1]
-        d = self.docs.shape[1]
-        step = max(1, _BLOCK_CELLS // max(1, k * (d if not self.sparse else 1)))
-        for r0 in range(0, pos.shape[0], step):
-            p = pos[r0 : r0 + step]
-            qr = qrows[r0 : r0 + step]
-            real = p >= 0
-            if not real.any():
-                continue
-            pp = np.where(real, p, 0)
-            if self.sparse:
-                from imsearch_align.framework._pair_kernels import sparse_pair_dots
+        """True inner products of query ``qrows[i]`` with doc row ``pos[i, j]`` (NaN for -1),
+        in float64, read in place (:mod:`~imsearch_align.framework._pair_kernels`)."""
+        from imsearch_align.framework._pair_kernels import dense_pair_dots, sparse_pair_dots
 
-                q, x = self.queries, self.docs
-                v = sparse_pair_dots(
-                    q.indptr,
-                    q.indices,
-                    q.data,
-                    x.indptr,
-                    x.indices,
-                    x.data,
-                    np.ascontiguousarray(qr, dtype=np.int64),
-                    np.ascontiguousarray(pp, dtype=np.int64),
-                    int(x.shape[1]),
-                )
-            else:
-                xs = self.docs[pp].astype(np.float64)
-                qs = self.queries[qr].astype(np.float64)
-                v = np.einsum("bkd,bd->bk", xs, qs)
-            out[r0 : r0 + step] = np.where(real, v, np.nan)
-        return out
+        qrows = np.ascontiguousarray(qrows, dtype=np.int64)
+        pos = np.ascontiguousarray(pos, dtype=np.int64)
+        if pos.size == 0:
+            return np.full(pos.shape, np.nan)
+        if self.sparse:
+            q, x = self.queries, self.docs
+            return sparse_pair_dots(
+                q.indptr, q.indices, q.data, x.indptr, x.indices, x.data, qrows, pos, x.shape[1]
+            )
+        return dense_pair_dots(self.queries, self.docs, qrows, pos)
 
     def doc_against_all_queries(self, row: int) -> np.ndarray:
         """True inner products of doc ``row`` with every query (for diagnoses)."""
