@@ -127,11 +127,15 @@ def close_groups(
     A probe of ``PROBE_ROWS`` open rows goes first; the other open rows are
     searched only if most of the probe's groups closed. In a space whose
     scores differ below float32 resolution (local CKA's can), deeper searches
-    close nothing and would cost a full search each: those rows are scored as
-    truncated instead. ``rescore`` (a :class:`Rescorer`) recomputes the
-    deeper rows' near-tie scores before their groups are judged. Returns the extended run, the rows searched again, the
-    rows still open (scored as truncated) and the time taken. A row that holds
-    every document gets a no-hit column, which closes its last group.
+    close nothing and would cost a full search each: then no row is extended
+    and every open row is scored as truncated (its run ends inside the group),
+    so all of them are treated alike. ``rescore`` (a :class:`Rescorer`)
+    recomputes the deeper rows' near-tie scores before their groups are
+    judged. The extended run is only as wide as the deepest group at rank
+    ``k`` needs (its closing score included), not the depth searched.
+    Returns the extended run, the rows searched again, the rows still open
+    (scored as truncated) and the time taken. A row that holds every
+    document gets a no-hit column, which closes its last group.
     """
     from imsearch_align.framework.ties import open_tie_groups
 
@@ -140,35 +144,55 @@ def close_groups(
     depth = min(count, EXTEND_FACTOR * (k + 1))
     if not len(rows) or depth <= run.k:
         return _closed_if_whole(run, count), 0, len(rows) if depth <= run.k else 0, 0.0
-    pos = pd.Index(np.asarray(query_ids)).get_indexer(np.asarray(run.query_ids))
-    ids = np.pad(run.doc_ids, ((0, 0), (0, depth - run.k)), constant_values=-1)
-    scores = np.pad(
-        run.scores.astype(np.float64), ((0, 0), (0, depth - run.k)), constant_values=-np.inf
-    )
+    pos = pd.Index(np.asarray(query_ids)).get_indexer(np.asarray(run.query_ids)[rows])
+    # Only the open rows are widened to ``depth`` (the others keep their k + 1 columns).
+    ext_ids = np.full((len(rows), depth), -1, dtype=np.int64)
+    ext_sc = np.full((len(rows), depth), -np.inf)
+    ext_ids[:, : run.k], ext_sc[:, : run.k] = run.doc_ids[rows], run.scores[rows]
 
     def deeper(sel: np.ndarray) -> int:
         res = store.search(collection, queries[pos[sel]], depth)
-        ids[sel, : res.k], scores[sel, : res.k] = res.ids, res.scores
-        sub = Run.from_arrays(run.query_ids[sel], ids[sel], scores[sel], assume_sorted=True)
+        ext_ids[sel, : res.k], ext_sc[sel, : res.k] = res.ids, res.scores
+        sub = Run.from_arrays(
+            run.query_ids[rows[sel]], ext_ids[sel], ext_sc[sel], assume_sorted=True
+        )
         if rescore is not None:
             sub = rescore(sub)
-            ids[sel], scores[sel] = sub.doc_ids, sub.scores
+            ext_ids[sel], ext_sc[sel] = sub.doc_ids, sub.scores
         return int(open_tie_groups(sub, k, tol=tol).sum()) if depth < count else 0
 
-    probe = rows[np.linspace(0, len(rows) - 1, min(PROBE_ROWS, len(rows))).astype(int)]
-    probe = np.unique(probe)
+    local = np.arange(len(rows))
+    probe = np.unique(np.linspace(0, len(rows) - 1, min(PROBE_ROWS, len(rows))).astype(int))
     still_open = deeper(probe)
-    rest = np.setdiff1d(rows, probe)
-    searched = len(probe)
-    if len(rest) and still_open <= (1 - MIN_CLOSING_SHARE) * len(probe):
+    rest = np.setdiff1d(local, probe)
+    if still_open > (1 - MIN_CLOSING_SHARE) * len(probe):
+        # Deeper searches do not close these groups: none is extended.
+        return _closed_if_whole(run, count), len(probe), len(rows), time.perf_counter() - t0
+    if len(rest):
         still_open += deeper(rest)
-        searched += len(rest)
-    else:
-        still_open += len(rest)
+    width = _needed_width(ext_ids, ext_sc, run.query_ids[rows], k, tol, run.k)
+    ids = np.full((run.doc_ids.shape[0], width), -1, dtype=np.int64)
+    scores = np.full(ids.shape, -np.inf)
+    ids[:, : run.k], scores[:, : run.k] = run.doc_ids, run.scores
+    ids[rows], scores[rows] = ext_ids[:, :width], ext_sc[:, :width]
     extended = _closed_if_whole(
-        Run.from_arrays(run.query_ids, ids, scores, assume_sorted=True), count
+        Run.from_arrays(run.query_ids, ids, scores, assume_sorted=True, copy=False), count
     )
-    return extended, searched, still_open, time.perf_counter() - t0
+    return extended, len(rows), still_open, time.perf_counter() - t0
+
+
+def _needed_width(
+    ids: np.ndarray, scores: np.ndarray, qids: Any, k: int, tol: float, base: int
+) -> int:
+    """Columns that show every extended row's tie group at rank ``k`` and the
+    score after it (the closing one), or all of them where a group is still open."""
+    from imsearch_align.framework.ties import tie_groups
+
+    labels = tie_groups(Run.from_arrays(qids, ids, scores, assume_sorted=True), tol=tol)
+    at_k = labels[:, k - 1 : k]
+    last = ids.shape[1] - 1 - np.argmax((labels == at_k)[:, ::-1], axis=1)
+    last = np.where(at_k[:, 0] >= 0, last, 0)  # rank k empty: nothing to show
+    return int(min(ids.shape[1], max(base, int(last.max()) + 2)))
 
 
 def _closed_if_whole(run: Run, count: int) -> Run:

@@ -30,6 +30,17 @@ def array_buffer(a: Any) -> memoryview | bytes:
     return memoryview(b).cast("B") if b.size else b""
 
 
+def _all_finite(m: np.ndarray) -> bool:
+    """Whether every entry of a float array is finite, without an ``m``-sized
+    temporary: a NaN or an infinity makes the float64 sum NaN or infinite, and
+    finite float32 values cannot overflow it (float64 reaches 1e308). A float64
+    array whose finite values overflow the sum is checked entry by entry."""
+    with np.errstate(over="ignore", invalid="ignore"):
+        if np.isfinite(m.sum(dtype=np.float64)):
+            return True
+    return bool(np.isfinite(m).all())
+
+
 def check_matrix(
     x: Any,
     name: str,
@@ -70,11 +81,9 @@ def check_matrix(
         if m.dtype.kind not in "fiub":
             raise TypeError(f"{name} must be numeric, got dtype {m.dtype}")
         m = np.ascontiguousarray(m, dtype=dtype)
-        if m.dtype.kind == "f":
-            finite = np.isfinite(m)
-            if not finite.all():
-                row = int(np.flatnonzero(~finite.all(axis=1))[0])
-                raise ValueError(f"{name} must be finite, got NaN or inf in row {row}")
+        if m.dtype.kind == "f" and not _all_finite(m):
+            row = int(np.flatnonzero(~np.isfinite(m).all(axis=1))[0])
+            raise ValueError(f"{name} must be finite, got NaN or inf in row {row}")
     if m.shape[0] < min_rows:
         raise ValueError(f"{name} must have at least {min_rows} rows, got {m.shape[0]}")
     if dim is not None and m.shape[1] != dim:

@@ -93,3 +93,75 @@ def test_rows_the_store_scores_decide_are_left_alone():
     run = _store_run(docs, ids, q, np.arange(20), 8, lambda x: np.zeros(len(x)))
     rescorer = Rescorer(docs, ids, q, np.arange(20), default_tolerance(16))
     assert rescorer(run) is run and rescorer.n_rescored == 0
+
+
+# ----------------------------------------------------------------------------- close_groups
+
+
+def _exact_store(docs, ids):
+    from imsearch_align.adapters.exact import ExactStore
+
+    s = ExactStore()
+    s.create_collection("c", docs.shape[1])
+    s.insert("c", docs, ids)
+    return s
+
+
+def _qrels(qids, rel):
+    from imsearch_align.framework.metrics import Qrels
+
+    return Qrels.from_pairs(qids, rel)
+
+
+def test_close_groups_widens_only_as_far_as_the_groups_need():
+    """Groups of 3 near-copies straddling rank k close a few columns past it:
+    the extended run is narrower than the depth searched, and its tie-aware
+    values equal those of a run searched to the full depth."""
+    from imsearch_align.experiment.tie_aware import EXTEND_FACTOR, close_groups
+    from imsearch_align.framework.ties import open_tie_groups, tie_aware_evaluate
+
+    rng = np.random.default_rng(3)
+    d, k = 16, 4
+    c = rng.standard_normal((40, d))
+    docs = np.repeat(c, 3, axis=0) + 1e-9 * rng.standard_normal((120, d))
+    docs = (docs / np.linalg.norm(docs, axis=1, keepdims=True)).astype(np.float32)
+    q = (c[rng.integers(0, 40, 60)] + 0.9 * rng.standard_normal((60, d))).astype(np.float32)
+    ids, qids = np.arange(120), np.arange(60)
+    store = _exact_store(docs, ids)
+    tol = default_tolerance(d)
+    r = store.search("c", q, k + 1)
+    run = Run.from_arrays(qids, r.ids, r.scores)
+    assert open_tie_groups(run, k, tol=tol).any()
+    ext, searched, still_open, _ = close_groups(store, "c", run, q, qids, k, tol, 120)
+    depth = EXTEND_FACTOR * (k + 1)
+    assert searched > 0 and still_open == 0
+    assert run.k < ext.k < depth
+    assert not open_tie_groups(ext, k, tol=tol).any()
+    full = store.search("c", q, depth)
+    ref = Run.from_arrays(qids, full.ids, full.scores)
+    qrels = _qrels(qids, 3 * (qids % 40))
+    ms = ["P@4", "nDCG@4", "AP@4", "RR@4", "HitRate@4"]
+    a = tie_aware_evaluate(ext, qrels, ms, tol=tol, groups_closed=True)
+    b = tie_aware_evaluate(ref, qrels, ms, tol=tol, groups_closed=True)
+    for m in ms:
+        np.testing.assert_allclose(a.values[m], b.values[m], rtol=0, atol=1e-12, err_msg=m)
+
+
+def test_groups_deeper_search_cannot_close_are_all_scored_truncated():
+    """Every document scores the same: no depth closes a group, so no row is
+    extended and every open row is flagged truncated."""
+    from imsearch_align.experiment.tie_aware import close_groups
+    from imsearch_align.framework.ties import tie_aware_evaluate
+
+    d, k = 8, 3
+    docs = np.tile(np.eye(d, dtype=np.float32)[:1], (400, 1))
+    q = np.tile(np.eye(d, dtype=np.float32)[:1], (30, 1))
+    ids, qids = np.arange(400), np.arange(30)
+    store = _exact_store(docs, ids)
+    tol = default_tolerance(d)
+    r = store.search("c", q, k + 1)
+    run = Run.from_arrays(qids, r.ids, r.scores)
+    ext, searched, still_open, _ = close_groups(store, "c", run, q, qids, k, tol, 400)
+    assert ext.k == run.k and searched == 30 and still_open == 30
+    ta = tie_aware_evaluate(ext, _qrels(qids, qids + 100), ["HitRate@3"], tol=tol)
+    assert ta.n_truncated["HitRate@3"] == 30
