@@ -29,6 +29,7 @@ from imsearch_align.experiment.components import (
     support_pairs,
 )
 from imsearch_align.experiment.config import ExperimentConfig
+from imsearch_align.framework._heap import release_freed_memory
 from imsearch_align.framework.interfaces import IdLookupProvider
 
 __all__ = ["Clock", "Study", "TaskContext"]
@@ -219,6 +220,8 @@ class TaskContext:
         with self.clock("fit_s"):
             method.fit(X, Y)
         self.method = method
+        del X, Y
+        release_freed_memory()  # the support sample and the fit's temporaries
         return method
 
     def _support_rows(self, ds: Any, modality: str, ids: np.ndarray) -> np.ndarray:

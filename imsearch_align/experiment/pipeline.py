@@ -31,6 +31,7 @@ from imsearch_align.experiment.result import (
     status_from,
 )
 from imsearch_align.experiment.tasks.base import TaskUnsupportedError
+from imsearch_align.framework._heap import release_freed_memory
 
 __all__ = ["ExperimentError", "run_experiment"]
 
@@ -103,6 +104,7 @@ def run_experiment(
             task_result = TaskResult(config.task, dict(ctx.done), {}, {"partial": True})
     provenance = capture(ctx.open_store)
     ctx.close()
+    release_freed_memory()  # the next cell of a study starts from what is live
     clock.timings["total_s"] = time.perf_counter() - t0
     result = ExperimentResult(
         config=config,

@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 
 from imsearch_align.experiment.result import RankingResult, SearchTimings
+from imsearch_align.framework._heap import release_freed_memory
 from imsearch_align.framework.evaluator import (
     BenchmarkEvaluator,
     BenchmarkResult,
@@ -231,6 +232,7 @@ def index_and_evaluate(
             store.drop_collection(collection)
         except Exception as exc:  # dropping must not hide the real error
             log.warning("dropping collection %s failed: %s", collection, exc)
+        release_freed_memory()  # the index, the runs and their tables
     return out
 
 

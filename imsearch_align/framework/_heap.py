@@ -1,0 +1,39 @@
+"""Give freed heap memory back to the operating system between the phases of a cell.
+
+glibc keeps freed memory in the process heap, and after a large block has
+been freed it serves blocks up to 32 MiB from the heap rather than from
+their own mappings (its dynamic mmap threshold), so a study's resident
+memory would carry what earlier cells freed into later ones. ``malloc_trim``
+returns the free pages. Elsewhere (another C library, another OS) this does
+nothing.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import gc
+import sys
+from functools import cache
+from typing import Any
+
+__all__ = ["release_freed_memory"]
+
+
+@cache
+def _trim() -> Any:
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+        return libc.malloc_trim
+    except (OSError, AttributeError):  # musl and others: no malloc_trim
+        return None
+
+
+def release_freed_memory() -> None:
+    """Collect garbage, then hand free heap pages back (glibc ``malloc_trim(0)``)."""
+    gc.collect()
+    trim = _trim()
+    if trim is not None:
+        trim(0)
