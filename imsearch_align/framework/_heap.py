@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
-import gc
 import sys
 from functools import cache
 from typing import Any
@@ -32,8 +31,9 @@ def _trim() -> Any:
 
 
 def release_freed_memory() -> None:
-    """Collect garbage, then hand free heap pages back (glibc ``malloc_trim(0)``)."""
-    gc.collect()
+    """Hand free heap pages back (glibc ``malloc_trim(0)``). No garbage
+    collection: arrays are freed by reference counting, and a full collection
+    costs tenths of a second in a large process."""
     trim = _trim()
     if trim is not None:
         trim(0)
