@@ -63,13 +63,14 @@ def _run_token(checkpoint_root: Path | None) -> str:
         return token
     path = checkpoint_root / "run_token"
     try:
-        saved, pid = path.read_text().split()
-        if saved.isalnum() and len(saved) <= 32 and not _pid_alive(int(pid)):
-            token = saved
-        elif _pid_alive(int(pid)):
-            return token  # a live run owns the file: leave it alone
-    except (OSError, ValueError):
-        pass
+        saved, pid_text = path.read_text().split()
+        pid = int(pid_text)
+    except (OSError, ValueError):  # none saved yet, or unreadable: this run's own token
+        saved, pid = "", 0
+    if saved.isalnum() and len(saved) <= 32 and not _pid_alive(pid):
+        token = saved
+    elif saved and _pid_alive(pid):
+        return token  # a live run owns the file: leave it alone
     from imsearch_align.framework.atomic import atomic_write
 
     atomic_write(path, f"{token} {os.getpid()}")

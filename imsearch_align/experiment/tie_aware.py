@@ -77,7 +77,7 @@ class Rescorer:
         from imsearch_align.framework.ties import default_tolerance
 
         self._args = (docs, doc_ids, queries)
-        self._query_ids = np.asarray(query_ids)
+        self._query_rows = pd.Index(np.asarray(query_ids))
         self._truth: Any = None
         self.tol = float(tol)
         self.error = default_tolerance(_dim(queries))
@@ -93,7 +93,7 @@ class Rescorer:
             return run
         if self._truth is None:
             self._truth = TrueScores(*self._args)
-        qrows = pd.Index(self._query_ids).get_indexer(np.asarray(run.query_ids)[rows])
+        qrows = self._query_rows.get_indexer(np.asarray(run.query_ids)[rows])
         true = self._truth(qrows, run.doc_ids[rows])
         scores = run.scores.astype(np.float64)
         scores[rows] = np.where(np.isnan(true), scores[rows], true)  # unknown ids: the store's
