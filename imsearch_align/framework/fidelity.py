@@ -383,8 +383,8 @@ def _sparse_row_norms(m: Any) -> np.ndarray:
     n = m.shape[0]
     r0 = 0
     while r0 < n:
-        # about 4M stored values a block (at least one row)
-        r1 = int(np.searchsorted(m.indptr, m.indptr[r0] + (1 << 22), side="right")) - 1
+        # about 1M stored values a block (at least one row): 24 MiB of temporaries
+        r1 = int(np.searchsorted(m.indptr, m.indptr[r0] + (1 << 20), side="right")) - 1
         r1 = min(n, max(r1, r0 + 1))
         a, b = int(m.indptr[r0]), int(m.indptr[r1])
         d = m.data[a:b].astype(np.float64)

@@ -49,7 +49,7 @@ _BYTES_PER_ENTRY = 4
 _WORKER_BYTES_PER_ANCHOR = 33
 #: At most this many query rows per BLAS product: larger blocks run no faster
 #: and only hold more memory.
-_MAX_ROWS = 2048
+_MAX_ROWS = 1024
 _U32 = 2.0**-24  # float32 unit roundoff
 
 
@@ -105,7 +105,7 @@ class ASIF(AlignmentBase):
         non_zeros: anchors kept per item, in ``[1, M]`` (M = support pairs).
         exponent: power ``p > 0`` applied to the kept (clipped) cosines.
         max_memory_gb: working-memory budget of a transform: rows are
-            transformed in blocks of :func:`plan_rows` rows (at most 2,048), so
+            transformed in blocks of :func:`plan_rows` rows (at most 1,024), so
             no block of cosines is larger (the stored anchors, the input and
             the output are not counted; the output never depends on it).
         progress: show a tqdm bar over blocks when there are several.
@@ -144,6 +144,7 @@ class ASIF(AlignmentBase):
                 raise ValueError(f"{name} must be a finite float > 0, got {v!r}")
 
     fit_float64 = False  # the anchors are float32 unit rows: no float64 copy of the support
+    transform_float64 = False  # each block is normalised in float64 (_run_blocks)
 
     def _fit(self, X: np.ndarray, Y: np.ndarray) -> None:
         self.anchors_image_ = _unit_rows32(X)

@@ -17,7 +17,8 @@ the fitted checks and the dimension checks once. ``_fit`` gets float64
 arrays, unless the method sets ``fit_float64 = False``: then it gets the
 input's float dtype as it came (no copy) and computes what it needs in
 float64 block by block (:func:`support_moments`), so fitting on 29,000
-pairs of 768-d vectors does not hold a float64 copy of them.
+pairs of 768-d vectors does not hold a float64 copy of them. Likewise
+``transform_float64 = False`` hands the transforms float32 input as it came.
 """
 
 from __future__ import annotations
@@ -109,6 +110,10 @@ class AlignmentBase(ABC):
     #: Whether ``_fit`` needs float64 arrays (False: it takes the input's float
     #: dtype and works blockwise; see the module docstring).
     fit_float64: ClassVar[bool] = True
+    #: Whether the transforms need float64 input (False: they take float32 or
+    #: float64 as it came and convert block by block, so transforming 158,915
+    #: float32 captions does not hold a float64 copy of them).
+    transform_float64: ClassVar[bool] = True
 
     # ------------------------------------------------------------------ params
     @classmethod
@@ -179,8 +184,8 @@ class AlignmentBase(ABC):
 
     def similarity(self, X: Any, Y: Any) -> np.ndarray:
         """The method's score matrix ``(len(X), len(Y))`` in float64, from its definition."""
-        Xv = self._check_input(X, "X", "image", self._fitted_dim("image"))
-        Yv = self._check_input(Y, "Y", "text", self._fitted_dim("text"))
+        Xv = self._check_input(X, "X", "image", self._fitted_dim("image"), float64=True)
+        Yv = self._check_input(Y, "Y", "text", self._fitted_dim("text"), float64=True)
         return np.asarray(self._similarity(Xv, Yv), dtype=np.float64)
 
     # ---------------------------------------------------------------- helpers
@@ -202,12 +207,21 @@ class AlignmentBase(ABC):
                 f"{type(self).__name__} is not fitted; call fit(image_emb, text_emb) first"
             )
 
+    def _input_dtype(self, x: Any) -> Any:
+        """float64, or the input's own float dtype when the transforms convert blockwise."""
+        if self.transform_float64:
+            return np.float64
+        dt = getattr(x, "dtype", None)
+        return dt if dt in (np.float32, np.float64) else np.float64
+
     def _fitted_dim(self, side: str) -> int:
         self.check_is_fitted()
         return self.n_features_image_ if side == "image" else self.n_features_text_
 
-    def _check_input(self, x: Any, name: str, side: str, dim: int) -> np.ndarray:
-        m = check_matrix(x, name, dtype=np.float64)
+    def _check_input(
+        self, x: Any, name: str, side: str, dim: int, *, float64: bool = False
+    ) -> np.ndarray:
+        m = check_matrix(x, name, dtype=np.float64 if float64 else self._input_dtype(x))
         if m.shape[1] != dim:
             raise ValueError(
                 f"{name} has dimension {m.shape[1]}, the method was fitted on {dim} "

@@ -32,6 +32,11 @@ __all__ = ["LocalCKA", "hungarian_match"]
 
 # Items per block of the direct (O(m^2) per item) similarity: about 64 MiB of Grams.
 _DIRECT_BLOCK_BYTES = 64 * 1024**2
+#: A linear CKA fitted on more base pairs than this drops the base set after
+#: fitting (its transforms need only the moments; at Flickr30k's N = 29,000
+#: the base is 127 MiB), and ``similarity`` (the literal definition, ``m^2``
+#: per item) is then unavailable.
+_KEEP_BASE_MAX = 4096
 
 
 def hungarian_match(score_matrix: Any) -> np.ndarray:
@@ -114,6 +119,9 @@ class LocalCKA(AlignmentBase):
 
     Attributes:
         base_index_: indices of the base pairs in the support set.
+        base_image_, base_text_: the base set (``None`` for a linear kernel
+            with more than 4,096 base pairs: its state is the moments, and
+            :meth:`similarity` then raises).
         sigma_image_, sigma_text_: RBF widths (``rbf`` only).
     """
 
@@ -153,6 +161,9 @@ class LocalCKA(AlignmentBase):
         self.base_text_ = Y if whole else Y[idx]
         if self.kernel == "linear":
             self._fit_linear()
+            self._text_dim = int(Y.shape[1])
+            if len(idx) > _KEEP_BASE_MAX:
+                self.base_image_ = self.base_text_ = None  # the moments are the state
         else:
             self._fit_rbf()
 
@@ -187,7 +198,7 @@ class LocalCKA(AlignmentBase):
 
     def _output_dim(self) -> int:
         if self.kernel == "linear":
-            return int(self.base_text_.shape[1] + 2)
+            return self._text_dim + 2
         return int(len(self.base_index_) + 1)
 
     # ------------------------------------------------------------ transform
@@ -256,6 +267,13 @@ class LocalCKA(AlignmentBase):
         return out
 
     def _similarity(self, X: np.ndarray, Y: np.ndarray) -> np.ndarray:
+        if self.base_image_ is None:
+            raise ValueError(
+                f"similarity builds the (m+1)^2 Grams of the definition over the base set, "
+                f"which a linear LocalCKA with more than {_KEEP_BASE_MAX:,} base pairs does "
+                f"not keep (this one has {len(self.base_index_):,}); expected base_size <= "
+                f"{_KEEP_BASE_MAX:,} to compare against the definition"
+            )
         sx = None if self.kernel == "linear" else self.sigma_image_
         sy = None if self.kernel == "linear" else self.sigma_text_
         m = len(self.base_index_) + 1

@@ -98,14 +98,14 @@ def test_tiny_memory_budget_forces_one_row_blocks_and_gives_the_same_output(fitt
 
 
 def test_plan_rows_respects_budget():
-    from imsearch_align.methods.asif import _WORKER_BYTES_PER_ANCHOR, _workers
+    from imsearch_align.methods.asif import _MAX_ROWS, _WORKER_BYTES_PER_ANCHOR, _workers
 
     for gb in (0.05, 0.5, 1.0):
         rows = plan_rows(30_000, 30_000, 800, gb)
         used = rows * (30_000 * 4 + 800 * 8) + _workers() * _WORKER_BYTES_PER_ANCHOR * 30_000
-        assert 1 <= rows <= 2048 and used <= gb * 1024**3
+        assert 1 <= rows <= _MAX_ROWS and used <= gb * 1024**3
     assert plan_rows(10, 50, 5, 100.0) == 10  # everything in one block
-    assert plan_rows(100_000, 1000, 5, 100.0) == 2048  # capped: bigger blocks are not faster
+    assert plan_rows(100_000, 1000, 5, 100.0) == _MAX_ROWS == 1024  # capped: bigger blocks are not faster
 
 
 def test_budget_changes_the_blocks_but_not_the_output():
@@ -196,3 +196,15 @@ def test_bad_params(kwargs, msg, correlated_pairs):
     X, Y = correlated_pairs(100, 6, 5)
     with pytest.raises(ValueError, match=msg):
         ASIF(5, **kwargs).fit(X, Y)
+
+
+def test_float32_input_is_transformed_without_a_float64_copy(fitted):
+    m, Xq, Yq = fitted
+    X32 = np.ascontiguousarray(Xq, dtype=np.float32)
+    assert m._check_input(X32, "X", "image", X32.shape[1]) is X32  # taken as it came
+    # the same values in float64 give the same output, bit for bit (same code path)
+    a, b = m.transform_images(X32), m.transform_images(X32.astype(np.float64))
+    np.testing.assert_array_equal(a.indices, b.indices)
+    np.testing.assert_array_equal(a.data, b.data)
+    # similarity (the definition) still works in float64
+    assert m.similarity(X32[:2], Yq[:3].astype(np.float32)).dtype == np.float64

@@ -103,3 +103,24 @@ def test_bad_kernel(correlated_pairs):
     X, Y = correlated_pairs(50, 6, 5)
     with pytest.raises(ValueError, match="kernel must be 'linear' or 'rbf', got 'poly'"):
         LocalCKA("poly").fit(X, Y)
+
+
+def test_large_linear_base_is_dropped_and_transforms_are_unchanged(correlated_pairs, monkeypatch):
+    import imsearch_align.methods.cka as cka_mod
+
+    X, Y = correlated_pairs(80, 7, 5, seed=3)
+    kept = LocalCKA().fit(X[:60], Y[:60])
+    monkeypatch.setattr(cka_mod, "_KEEP_BASE_MAX", 59)  # 60 base pairs: above it
+    dropped = LocalCKA().fit(X[:60], Y[:60])
+    assert kept.base_image_ is not None and dropped.base_image_ is None
+    assert dropped.base_text_ is None and dropped.output_dim_ == kept.output_dim_ == 7
+    Q, T = X[60:], Y[60:]
+    np.testing.assert_array_equal(dropped.transform_images(Q), kept.transform_images(Q))
+    np.testing.assert_array_equal(dropped.transform_texts(T), kept.transform_texts(T))
+    # the kept model's transforms still equal the literal definition
+    S = kept.transform_images(Q).astype(np.float64) @ kept.transform_texts(T).T.astype(np.float64)
+    np.testing.assert_allclose(S, kept.similarity(Q, T), atol=1e-6)
+    with pytest.raises(ValueError, match="base_size <= 59"):
+        dropped.similarity(Q, T)
+    # the RBF kernel needs its base to transform: never dropped
+    assert LocalCKA("rbf").fit(X[:60], Y[:60]).base_image_ is not None
