@@ -93,28 +93,42 @@ class Clock:
 
 
 class RowGather:
-    """Rows ``pos`` of ``arr``, gathered block by block when read (``arr[pos]`` later).
+    """Rows of a split, gathered block by block when read (one copy of all of them later).
 
     A cell transforms a split's rows in blocks; reading them through this
     view keeps the raw copy the size of a block instead of the whole split
     (47,675 x 384 float32 = 70 MiB for Flickr30k's test captions).
+
+    Args:
+        fetch: ``fetch(slice) -> (rows, dim)`` array of those rows, in order.
+        shape: ``(rows, dim)`` of the whole view.
     """
 
-    def __init__(self, arr: np.ndarray, pos: np.ndarray) -> None:
-        self.arr, self.pos = arr, pos
+    def __init__(self, fetch: Any, shape: tuple[int, int]) -> None:
+        self._fetch, self.shape = fetch, (int(shape[0]), int(shape[1]))
 
-    @property
-    def shape(self) -> tuple[int, int]:
-        return (len(self.pos), int(self.arr.shape[1]))
+    @classmethod
+    def of_array(cls, arr: np.ndarray, pos: np.ndarray) -> RowGather:
+        """Rows ``pos`` of ``arr``."""
+        return cls(lambda rows: arr[pos[rows]], (len(pos), arr.shape[1]))
+
+    @classmethod
+    def of_provider(cls, provider: Any, ids: np.ndarray) -> RowGather:
+        """The vectors a lookup provider (``lookup_by_id``) holds for ``ids``."""
+        ids = np.asarray(ids)
+        return cls(
+            lambda rows: np.asarray(provider.encode(ids[rows].tolist(), progress=False)),
+            (len(ids), provider.dim),
+        )
 
     def __getitem__(self, rows: slice) -> np.ndarray:
         if not isinstance(rows, slice):
             raise TypeError(f"rows must be a slice, got {type(rows).__name__}")
-        return self.arr[self.pos[rows]]
+        return self._fetch(rows)
 
     def gather(self) -> np.ndarray:
         """Every row, as one array (a copy)."""
-        return self.arr[self.pos]
+        return self._fetch(slice(None))
 
 
 class Study:
@@ -167,7 +181,7 @@ class Study:
         from imsearch_align.embedding import embed
 
         if isinstance(provider, IdLookupProvider) and provider.lookup_by_id:
-            return np.asarray(provider.encode(list(np.asarray(ids).tolist()), progress=False))
+            return RowGather.of_provider(provider, ids)
         key = (provider.id, ds.fingerprint, modality, split, config.cache_dir)
         if key not in self._splits:
             self._splits[key] = embed(
@@ -186,7 +200,7 @@ class Study:
         arr = self._splits[key]
         if len(pos) == len(all_ids) and (pos == np.arange(len(pos))).all():
             return arr
-        return RowGather(arr, pos)
+        return RowGather.of_array(arr, pos)
 
     def clear(self) -> None:
         """Forget everything (frees memory)."""

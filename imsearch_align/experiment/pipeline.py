@@ -119,6 +119,8 @@ def run_experiment(
         created=time.strftime("%Y-%m-%dT%H:%M:%S%z"),
     )
     result = plan.write(result, ctx.per_query if task_result is not None else [])
+    ctx.per_query.clear()
+    release_freed_memory()  # the per-query frames and the parquet writer's buffers
     if error is not None:
         raise ExperimentError(f"{config.task} run failed: {status.error}", result) from error
     return result

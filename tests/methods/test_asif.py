@@ -105,7 +105,9 @@ def test_plan_rows_respects_budget():
         used = rows * (30_000 * 4 + 800 * 8) + _workers() * _WORKER_BYTES_PER_ANCHOR * 30_000
         assert 1 <= rows <= _MAX_ROWS and used <= gb * 1024**3
     assert plan_rows(10, 50, 5, 100.0) == 10  # everything in one block
-    assert plan_rows(100_000, 1000, 5, 100.0) == _MAX_ROWS == 1024  # capped: bigger blocks are not faster
+    assert (
+        plan_rows(100_000, 1000, 5, 100.0) == _MAX_ROWS == 1024
+    )  # capped: bigger blocks are not faster
 
 
 def test_budget_changes_the_blocks_but_not_the_output():
