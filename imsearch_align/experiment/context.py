@@ -148,21 +148,9 @@ class Study:
         """The datasets and providers of ``config`` (loaded once per study)."""
         return load_data(config, self._datasets)
 
-    def embeddings(
-        self,
-        ds: Any,
-        provider: Any,
-        modality: str,
-        ids: np.ndarray,
-        *,
-        split: str,
-        config: ExperimentConfig,
-        progress: bool,
-    ) -> np.ndarray:
-        """Raw ``(len(ids), dim)`` embeddings of ``ids`` (all from ``split`` of ``ds``)."""
-        rows = self.embedding_rows(
-            ds, provider, modality, ids, split=split, config=config, progress=progress
-        )
+    def embeddings(self, *args: Any, **kwargs: Any) -> np.ndarray:
+        """Raw ``(len(ids), dim)`` embeddings of ``ids``: :meth:`embedding_rows` as one array."""
+        rows = self.embedding_rows(*args, **kwargs)
         return rows if isinstance(rows, np.ndarray) else rows.gather()
 
     def embedding_rows(
@@ -176,8 +164,9 @@ class Study:
         config: ExperimentConfig,
         progress: bool,
     ) -> np.ndarray | RowGather:
-        """Like :meth:`embeddings`, but rows that would be gathered from the
-        split's array come as a :class:`RowGather` (no copy until read)."""
+        """Raw embeddings of ``ids`` (all from ``split`` of ``ds``), ``(len(ids), dim)``;
+        rows that would be gathered from the split's array (or looked up by id)
+        come as a :class:`RowGather` (no copy until read)."""
         from imsearch_align.embedding import embed
 
         if isinstance(provider, IdLookupProvider) and provider.lookup_by_id:
@@ -256,8 +245,13 @@ class TaskContext:
         the provider holds them, for precomputed vectors), so each call is a
         cheap lookup and the cell's memory holds only what it uses now.
         """
+        rows = self._rows(modality, split)
+        return rows if isinstance(rows, np.ndarray) else rows.gather()
+
+    def _rows(self, modality: str, split: str) -> np.ndarray | RowGather:
+        """The split's raw rows, as the study serves them (timed as embedding)."""
         with self.clock("embed_s"):
-            return self.study.embeddings(
+            return self.study.embedding_rows(
                 self.dataset,
                 self.provider(modality),
                 modality,
@@ -321,17 +315,7 @@ class TaskContext:
         """Aligned vectors of a split (built once; :meth:`release` frees them)."""
         key = (modality, split)
         if key not in self._aligned:
-            with self.clock("embed_s"):
-                rows = self.study.embedding_rows(
-                    self.dataset,
-                    self.provider(modality),
-                    modality,
-                    self.ids(modality, split),
-                    split=split,
-                    config=self.config,
-                    progress=self.progress,
-                )
-            self._aligned[key] = self.transform(modality, rows)
+            self._aligned[key] = self.transform(modality, self._rows(modality, split))
         return self._aligned[key]
 
     def release(self, modality: str | None = None) -> None:
