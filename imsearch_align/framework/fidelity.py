@@ -54,6 +54,9 @@ _EPS32 = float(np.finfo(np.float32).eps)
 _TINY = float(np.finfo(np.float32).tiny)
 #: Score cells per block of the brute-force pass (bounds its memory to ~64 MiB).
 _BLOCK_CELLS = 1 << 21
+#: (query, document) cells per block of the sparse candidate pass: its
+#: float64 score block and merge buffers stay near 30 MiB.
+_SPARSE_BLOCK_CELLS = 1 << 18
 #: Problems described in full in a report.
 _MAX_PROBLEMS = 5
 
@@ -259,11 +262,15 @@ class _Truth:
         documents by a float32 product (-1 where it has fewer non-zero products),
         and how many documents have a non-zero inner product with it.
 
-        Queries go in chunks and documents in row blocks (views of the CSR
-        arrays, no copy, no transposed copy of the documents), so the working
-        memory stays near ``_BLOCK_CELLS`` cells; a chunk's running best ``4k``
-        are merged block by block. The best ``4k`` hold the true top-k unless
-        more than ``3k`` documents tie within float32 rounding.
+        Queries go in chunks of 256 and documents in row blocks (views of the
+        CSR arrays, no copy, no transposed copy of the documents) of about
+        ``_SPARSE_BLOCK_CELLS`` (query, document) cells, so the working memory
+        stays in the tens of MiB; a chunk's running best ``4k`` are merged
+        block by block. A chunk whose rows fill more than 1/8 of the columns
+        (ASIF with few anchors: nearly every pair shares a term) is multiplied
+        as a dense float32 block, sparse x sparse otherwise. The best ``4k``
+        hold the true top-k unless more than ``3k`` documents tie within
+        float32 rounding.
         """
         import scipy.sparse as sp
 
@@ -274,10 +281,16 @@ class _Truth:
         qc = min(nq, 256)
         docs = self.docs
         avg = max(1, docs.nnz // max(1, n))
-        step = max(1, min(_BLOCK_CELLS // qc, _BLOCK_CELLS * 2 // avg))
+        step = max(1, min(_SPARSE_BLOCK_CELLS // qc, _SPARSE_BLOCK_CELLS * 4 // avg))
         for q0 in range(0, nq, qc):
-            qT = self.queries[q0 : q0 + qc].T.tocsr()
-            nb = qT.shape[1]
+            qs = self.queries[q0 : q0 + qc]
+            nb = qs.shape[0]
+            dense_q = qs.nnz > nb * d / 8 and nb * d <= _BLOCK_CELLS
+            qT = (
+                np.ascontiguousarray(qs.astype(np.float32).toarray().T)
+                if dense_q
+                else qs.T.tocsr().astype(np.float32)
+            )
             best_s = np.full((nb, c), -np.inf)
             best_i = np.full((nb, c), -1, dtype=np.int64)
             for r0 in range(0, n, step):
@@ -291,12 +304,18 @@ class _Truth:
                     ),
                     shape=(r1 - r0, d),
                 )
-                prod = (block @ qT).tocoo()
-                nz = prod.data != 0
-                rows, cols = prod.row[nz], prod.col[nz]
-                counts[q0 : q0 + nb] += np.bincount(cols, minlength=nb)
                 scores = np.full((nb, r1 - r0), -np.inf)
-                scores[cols, rows] = prod.data[nz]
+                if dense_q:
+                    prod = np.asarray(block @ qT).T  # (nb, r1 - r0) float32
+                    nz = prod != 0
+                    counts[q0 : q0 + nb] += nz.sum(axis=1)
+                    scores[nz] = prod[nz]
+                else:
+                    coo = (block @ qT).tocoo()
+                    keep = coo.data != 0
+                    rows, cols = coo.row[keep], coo.col[keep]
+                    counts[q0 : q0 + nb] += np.bincount(cols, minlength=nb)
+                    scores[cols, rows] = coo.data[keep]
                 both_s = np.concatenate([best_s, scores], axis=1)
                 both_i = np.concatenate(
                     [best_i, np.broadcast_to(np.arange(r0, r1), (nb, r1 - r0))], axis=1

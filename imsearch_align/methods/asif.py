@@ -154,16 +154,17 @@ class ASIF(AlignmentBase):
         return int(self.anchors_image_.shape[0])
 
     # ------------------------------------------------------------ transform
-    def _run_blocks(
-        self, V: np.ndarray, anchors: np.ndarray, weights: bool
-    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """Blocked transform: ``(idx (n, k) int32, val (n, k), count (n,))`` per row.
+    def _run_blocks(self, V: np.ndarray, anchors: np.ndarray, weights: bool, emit: Any) -> None:
+        """Blocked transform: ``emit(r0, r1, idx, val, count)`` for each block of rows.
 
         Each block is one BLAS product of float32 unit rows against the
         anchors (multi-threaded by the BLAS), then the exact top-k selection
         of its rows in a thread pool of numba kernels (``_asif_kernels``).
         ``weights`` selects the output: ASIF weights (float32, by anchor)
-        or float64 cosines (by cosine descending).
+        or float64 cosines (by cosine descending). ``idx`` ``(b, k)`` int32,
+        ``val`` ``(b, k)`` and ``count`` ``(b,)`` (entries written per row)
+        are the block's buffers, reused by the next block: ``emit`` copies
+        what it keeps, so nothing of size ``(n, k)`` is allocated here.
         """
         from tqdm.auto import tqdm
 
@@ -177,9 +178,9 @@ class ASIF(AlignmentBase):
         a_max = float(np.sqrt(np.max(np.einsum("ij,ij->i", anchors, anchors, dtype=np.float64))))
         gamma = d * _U32 / (1 - d * _U32)
         margin = 2.0 * gamma * 1.0001 * max(a_max, 1.0) + 1e-12
-        out_idx = np.zeros((n, k), dtype=np.int32)
-        out_val = np.zeros((n, k), dtype=np.float32 if weights else np.float64)
-        out_n = np.zeros(n, dtype=np.int64)
+        blk_idx = np.zeros((rows, k), dtype=np.int32)
+        blk_val = np.zeros((rows, k), dtype=np.float32 if weights else np.float64)
+        blk_n = np.zeros(rows, dtype=np.int64)
         workers = _workers()
         cos = np.empty((rows, m), dtype=np.float32)
         anchors_t = anchors.T
@@ -192,47 +193,65 @@ class ASIF(AlignmentBase):
                 disable=not self.progress or len(starts) < 2,
             ):
                 r1 = min(n, r0 + rows)
+                b = r1 - r0
                 # float64 normalisation of this block only, then float32 for BLAS
                 q = l2_normalize(np.asarray(V[r0:r1], dtype=np.float64)).astype(np.float32)
-                c = cos[: r1 - r0]
+                c = cos[:b]
                 np.matmul(q, anchors_t, out=c)
-                step = -(-(r1 - r0) // workers)
+                step = -(-b // workers)
                 tallies = np.zeros((workers, 1), dtype=np.int64)
 
-                def run(w: int, q=q, c=c, r0=r0, r1=r1, step=step, tallies=tallies) -> None:
-                    a, b = w * step, min(r1 - r0, (w + 1) * step)
-                    if a < b:
+                def run(w: int, q=q, c=c, b=b, step=step, tallies=tallies) -> None:
+                    lo, hi = w * step, min(b, (w + 1) * step)
+                    if lo < hi:
                         kern.select_rows(
                             c,
                             q,
                             anchors,
-                            a,
-                            b,
+                            lo,
+                            hi,
                             k,
                             margin,
                             float(self.exponent),
                             weights,
-                            out_idx[r0:r1],
-                            out_val[r0:r1],
-                            out_n[r0:r1],
+                            blk_idx,
+                            blk_val,
+                            blk_n,
                             tallies[w],
                         )
 
                 list(pool.map(run, range(workers)))
-        return out_idx, out_val, out_n
+                emit(r0, r1, blk_idx[:b], blk_val[:b], blk_n[:b])
 
     def _relative(self, V: np.ndarray, anchors: np.ndarray) -> sp.csr_matrix:
+        """The CSR space of ``V``, each block's rows appended in place (8 bytes per
+        non-zero, no padded ``(n, k)`` copy: rows that lost clipped cosines take
+        only their entries)."""
         n, m, k = V.shape[0], anchors.shape[0], int(self.non_zeros)
-        idx, val, cnt = self._run_blocks(V, anchors, weights=True)
+        # Room for every row full; pages never written are never resident, and
+        # the arrays are shrunk in place to the entries written at the end.
+        data = np.empty(n * k, dtype=np.float32)
+        indices = np.empty(n * k, dtype=np.int32)
         indptr = np.zeros(n + 1, dtype=np.int64)
-        np.cumsum(cnt, out=indptr[1:])
-        if indptr[-1] == n * k:  # every row full (the usual case): no copy
-            data, indices = val.reshape(-1), idx.reshape(-1)
-        else:  # rows that lost clipped (non-positive) cosines
-            mask = np.arange(k)[None, :] < cnt[:, None]
-            data, indices = val[mask], idx[mask]
+
+        def emit(r0: int, r1: int, idx: np.ndarray, val: np.ndarray, cnt: np.ndarray) -> None:
+            a = int(indptr[r0])
+            np.cumsum(cnt, out=indptr[r0 + 1 : r1 + 1])
+            indptr[r0 + 1 : r1 + 1] += a
+            b = int(indptr[r1])
+            if b - a == idx.size:  # every row full (the usual case)
+                data[a:b], indices[a:b] = val.reshape(-1), idx.reshape(-1)
+            else:  # rows that lost clipped (non-positive) cosines
+                mask = np.arange(k)[None, :] < cnt[:, None]
+                data[a:b], indices[a:b] = val[mask], idx[mask]
+
+        self._run_blocks(V, anchors, True, emit)
+        nnz = int(indptr[-1])
+        if nnz < n * k:  # in place (realloc): the unwritten tail is given back
+            data.resize(nnz, refcheck=False)
+            indices.resize(nnz, refcheck=False)
         # int32 index arrays whenever they fit: 8 bytes per non-zero
-        itype = np.int32 if indptr[-1] < 2**31 and m < 2**31 else np.int64
+        itype = np.int32 if nnz < 2**31 and m < 2**31 else np.int64
         return sp.csr_matrix(
             (data, indices.astype(itype, copy=False), indptr.astype(itype)),
             shape=(n, m),
@@ -272,5 +291,12 @@ class ASIF(AlignmentBase):
         name = "X" if modality == "image" else "Y"
         V = self._check_input(X, name, modality, self._fitted_dim(modality))
         anchors = self.anchors_image_ if modality == "image" else self.anchors_text_
-        idx, val, _ = self._run_blocks(V, anchors, weights=False)
-        return val, idx.astype(np.int64)
+        k = int(self.non_zeros)
+        ids = np.zeros((V.shape[0], k), dtype=np.int64)
+        vals = np.zeros((V.shape[0], k), dtype=np.float64)
+
+        def emit(r0: int, r1: int, idx: np.ndarray, val: np.ndarray, cnt: np.ndarray) -> None:
+            ids[r0:r1], vals[r0:r1] = idx, val
+
+        self._run_blocks(V, anchors, False, emit)
+        return vals, ids

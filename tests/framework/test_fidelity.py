@@ -250,17 +250,19 @@ def test_deprecated_form_bad_arguments():
         ann_recall(R([[1]], [[1.0]]), EXACT, 1)
 
 
-@pytest.mark.parametrize("block_cells", [1 << 21, 97])
-def test_sparse_kth_equals_float64_brute_force_over_blocks(monkeypatch, block_cells):
+@pytest.mark.parametrize("density", [0.02, 0.3])
+@pytest.mark.parametrize("block_cells", [1 << 18, 97])
+def test_sparse_kth_equals_float64_brute_force_over_blocks(monkeypatch, block_cells, density):
     """The true k-th best non-zero score of each query, computed in query chunks
     and document row blocks (a tiny budget forces many of both), equals a dense
-    float64 brute force; queries that share no term with any document get m = 0."""
+    float64 brute force; queries that share no term with any document get m = 0.
+    Density 0.3 takes the dense-query product (rows fill over 1/8 of the columns)."""
     import imsearch_align.framework.fidelity as fid
 
-    monkeypatch.setattr(fid, "_BLOCK_CELLS", block_cells)
+    monkeypatch.setattr(fid, "_SPARSE_BLOCK_CELLS", block_cells)
     rng = np.random.default_rng(7)
-    docs = sp.random(700, 300, density=0.02, format="csr", dtype=np.float32, random_state=rng)
-    q = sp.random(300, 300, density=0.02, format="csr", dtype=np.float32, random_state=rng)
+    docs = sp.random(700, 300, density=density, format="csr", dtype=np.float32, random_state=rng)
+    q = sp.random(300, 300, density=density, format="csr", dtype=np.float32, random_state=rng)
     q = sp.vstack([q, sp.csr_matrix((1, 300), dtype=np.float32)]).tocsr()  # a query with no terms
     k = 5
     truth = fid._Truth(docs, np.arange(700), q)
@@ -276,6 +278,8 @@ def test_sparse_kth_equals_float64_brute_force_over_blocks(monkeypatch, block_ce
         else:
             assert t[i] == np.inf
     assert m[-1] == 0 and (m < k).any() and (m == k).any()
+    if density > 0.2:  # the k-th scores of the dense path's candidates
+        assert (m[:-1] == k).all()
     np.testing.assert_allclose(
         truth.xnorm, np.sqrt((docs.astype(np.float64).multiply(docs)).sum(axis=1)).A1, rtol=1e-12
     )

@@ -210,3 +210,26 @@ def test_float32_input_is_transformed_without_a_float64_copy(fitted):
     np.testing.assert_array_equal(a.data, b.data)
     # similarity (the definition) still works in float64
     assert m.similarity(X32[:2], Yq[:3].astype(np.float32)).dtype == np.float64
+
+
+@pytest.mark.parametrize("budget", [1e-9, 10.0])
+def test_rows_of_different_lengths_across_blocks_equal_the_definition(budget):
+    """Every anchor kept (k = M) on centred data: about half the cosines are
+    negative and dropped, so rows have different lengths (and an all-zero
+    query has none); blocks of one row and one block give the dense definition."""
+    rng = np.random.default_rng(11)
+    A = rng.standard_normal((60, 5))
+    Q = rng.standard_normal((50, 5))
+    Q[7] = 0.0
+    m = ASIF(60, exponent=3.0, max_memory_gb=budget, progress=False).fit(A, A)
+    out = m.transform_images(Q)
+    lengths = np.diff(out.indptr)
+    assert lengths[7] == 0 and len(set(lengths.tolist())) > 5
+    assert out.data.size == out.nnz == int(lengths.sum())  # no padding kept
+    want = m._dense_relative(Q, m.anchors_image_)
+    # float32 cosines: small weights carry the cosines' absolute error
+    np.testing.assert_allclose(out.toarray(), want, rtol=weight_rtol(3.0, 5), atol=1e-7)
+    assert np.array_equal(out.toarray() > 0, want > 0)  # the same anchors kept
+    for i in range(out.shape[0]):  # columns ascending in each row
+        cols = out.indices[out.indptr[i] : out.indptr[i + 1]]
+        assert np.all(np.diff(cols) > 0)
