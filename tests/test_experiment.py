@@ -727,3 +727,29 @@ def test_perturbation_without_an_encoder_is_refused_before_any_work(tmp_path, mo
     cfg = _syn_config("linear", "exact", tmp_path, perturbations=("typo",))
     with pytest.raises(TaskUnsupportedError, match="name a text encoder"):
         run_experiment(cfg, progress=False)
+
+
+def test_a_retrieval_cell_releases_the_method_state_before_its_last_search(tmp_path, monkeypatch):
+    """ASIF's anchors are dropped once both aligned spaces exist (the last
+    search runs without them), not when diagnostics follow; the metrics are
+    those of a cell that keeps them."""
+    from imsearch_align.methods.asif import ASIF
+
+    real = ASIF.release_transform_state
+    monkeypatch.setattr(ASIF, "release_transform_state", lambda self: None)
+    kept = run_experiment(_syn_config("asif", "exact", tmp_path / "kept"), progress=False)
+    calls = []
+
+    def spy(self):
+        calls.append(self.anchors_image_ is not None)
+        real(self)
+
+    monkeypatch.setattr(ASIF, "release_transform_state", spy)
+    freed = run_experiment(_syn_config("asif", "exact", tmp_path / "freed"), progress=False)
+    assert calls == [True] and freed.status.ok
+    assert freed.metrics == pytest.approx(kept.metrics, abs=1e-12)
+    calls.clear()
+    diag = run_experiment(
+        _syn_config("asif", "exact", tmp_path / "diag", diagnostics=True), progress=False
+    )
+    assert calls == [] and diag.status.ok and "aligned" in diag.diagnostics

@@ -111,7 +111,8 @@ class ASIF(AlignmentBase):
         progress: show a tqdm bar over blocks when there are several.
 
     Attributes:
-        anchors_image_, anchors_text_: ``(M, d)`` float32 normalised anchors.
+        anchors_image_, anchors_text_: ``(M, d)`` float32 normalised anchors
+            (``None`` after :meth:`release_transform_state`).
     """
 
     sparse_output = True
@@ -152,6 +153,20 @@ class ASIF(AlignmentBase):
 
     def _output_dim(self) -> int:
         return int(self.anchors_image_.shape[0])
+
+    def release_transform_state(self) -> None:
+        """Drop the anchors (``(M, d_image + d_text)`` float32); transforms raise after it."""
+        self.check_is_fitted()
+        self.anchors_image_ = self.anchors_text_ = None
+
+    def _anchors(self, modality: str) -> np.ndarray:
+        a = self.anchors_image_ if modality == "image" else self.anchors_text_
+        if a is None:
+            raise RuntimeError(
+                "ASIF: the anchors were released (release_transform_state) after the last "
+                "transform; expected a fitted ASIF with its anchors: call fit again"
+            )
+        return a
 
     # ------------------------------------------------------------ transform
     def _run_blocks(self, V: np.ndarray, anchors: np.ndarray, weights: bool, emit: Any) -> None:
@@ -259,10 +274,10 @@ class ASIF(AlignmentBase):
         )
 
     def _transform_images(self, X: np.ndarray) -> sp.csr_matrix:
-        return self._relative(X, self.anchors_image_)
+        return self._relative(X, self._anchors("image"))
 
     def _transform_texts(self, Y: np.ndarray) -> sp.csr_matrix:
-        return self._relative(Y, self.anchors_text_)
+        return self._relative(Y, self._anchors("text"))
 
     def _dense_relative(self, V: np.ndarray, anchors: np.ndarray) -> np.ndarray:
         """The definition in float64, dense: cosines, stable top-k, clip, power, normalise."""
@@ -276,8 +291,8 @@ class ASIF(AlignmentBase):
 
     def _similarity(self, X: np.ndarray, Y: np.ndarray) -> np.ndarray:
         return (
-            self._dense_relative(X, self.anchors_image_)
-            @ self._dense_relative(Y, self.anchors_text_).T
+            self._dense_relative(X, self._anchors("image"))
+            @ self._dense_relative(Y, self._anchors("text")).T
         )
 
     def top_anchors(self, X: Any, modality: str = "image") -> tuple[np.ndarray, np.ndarray]:
@@ -290,7 +305,7 @@ class ASIF(AlignmentBase):
             raise ValueError(f"modality must be 'image' or 'text', got {modality!r}")
         name = "X" if modality == "image" else "Y"
         V = self._check_input(X, name, modality, self._fitted_dim(modality))
-        anchors = self.anchors_image_ if modality == "image" else self.anchors_text_
+        anchors = self._anchors(modality)
         k = int(self.non_zeros)
         ids = np.zeros((V.shape[0], k), dtype=np.int64)
         vals = np.zeros((V.shape[0], k), dtype=np.float64)

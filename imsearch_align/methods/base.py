@@ -182,6 +182,17 @@ class AlignmentBase(ABC):
         Yv = self._check_input(Y, "Y", "text", self._fitted_dim("text"))
         return self._transform_texts(Yv)
 
+    def release_transform_state(self) -> None:
+        """Free what only the transforms need, once the caller will transform
+        nothing more (an experiment cell after its last transform).
+
+        The default keeps everything (the methods' transform state is small
+        next to the aligned spaces); a method whose state is as large as its
+        support set (ASIF's normalised anchors: 127 MiB at 29,000 Flickr30k
+        pairs) overrides it. After it, the transforms raise and
+        ``output_dim_`` and the other fitted attributes stay.
+        """
+
     def similarity(self, X: Any, Y: Any) -> np.ndarray:
         """The method's score matrix ``(len(X), len(Y))`` in float64, from its definition."""
         Xv = self._check_input(X, "X", "image", self._fitted_dim("image"), float64=True)

@@ -233,3 +233,17 @@ def test_rows_of_different_lengths_across_blocks_equal_the_definition(budget):
     for i in range(out.shape[0]):  # columns ascending in each row
         cols = out.indices[out.indptr[i] : out.indptr[i + 1]]
         assert np.all(np.diff(cols) > 0)
+
+
+def test_release_transform_state_drops_the_anchors_and_transforms_then_raise(correlated_pairs):
+    X, Y = correlated_pairs(200, 16, 12, seed=2)
+    m = ASIF(20, progress=False).fit(X[:150], Y[:150])
+    before = m.transform_texts(Y[150:]).toarray()
+    m.release_transform_state()
+    assert m.anchors_image_ is None and m.anchors_text_ is None
+    assert m.output_dim_ == 150 and m.n_support_ == 150  # the fitted facts stay
+    for call in (lambda: m.transform_images(X[150:]), lambda: m.transform_texts(Y[150:])):
+        with pytest.raises(RuntimeError, match="anchors were released"):
+            call()
+    m.fit(X[:150], Y[:150])  # fitting again restores them: same output
+    np.testing.assert_array_equal(m.transform_texts(Y[150:]).toarray(), before)
