@@ -18,7 +18,10 @@ embeddings for every cell, as the study script does.
 
 Per cell: fit, transform, index build and search per direction, HitRate@1,
 queries/s, peak resident memory above the interpreter's baseline (Linux
-``VmHWM``, reset before each cell through ``/proc/self/clear_refs``), and the
+``VmHWM``, reset before each cell through ``/proc/self/clear_refs``; the
+baseline is read after one small warm-up cell per method, so the libraries'
+code and pools count once, not in the first cell; both baselines are
+reported), and the
 compute floor: for dense cells the multiply-adds of search, transform and fit
 divided by this machine's measured float32 GEMM speed; for ASIF the transform
 as a GEMM against the N anchors plus the expected sparse product count
@@ -172,8 +175,51 @@ def _load_libraries() -> None:
     from imsearch_align.methods import _asif_kernels, asif, cka, csa, procrustes  # noqa: F401
 
 
+#: The warm-up cells' data: small enough to take seconds, large enough for ASIF's k.
+WARM = {"n_images": 1_500, "captions": 5, "n": 1000}
+
+
+def warm_up(base: Any, size: dict) -> None:
+    """One small cell of each method, in its own study, before the baseline is read.
+
+    The first cell of a process pages in the libraries' code, loads the numba
+    kernels from their cache and fills the allocators' and pyarrow's pools
+    (about 40 MiB here); that is the interpreter's own state, the same for a
+    study of one cell or of sixteen, so it belongs to the baseline and not to
+    whichever cell happens to run first. Nothing of these cells is kept.
+    """
+    sys.path.insert(0, str(HERE))
+    from flickr import method_params
+
+    from imsearch_align.experiment import Study, run_experiment
+    from imsearch_align.framework._heap import release_freed_memory
+
+    small = {**size, "n_images": WARM["n_images"], "captions": WARM["captions"]}
+    with tempfile.TemporaryDirectory(prefix="imsearch-warm-") as tmp:
+        emb = make_embeddings(Path(tmp), small)
+        cfg = base.replace(
+            dataset_params={
+                "image_path": str(emb / "image.npy"),
+                "text_path": str(emb / "text.npy"),
+                "text_image": str(emb / "text_image.npy"),
+            },
+            n_support=WARM["n"],
+        )
+        for method in METHODS:
+            p = method_params(method, WARM["n"], (size["d_image"], size["d_text"]))
+            run_experiment(
+                cfg.replace(method=method, method_params=p),
+                output_dir=Path(tmp) / "out",
+                progress=False,
+                study=Study(),
+            )
+    release_freed_memory()
+
+
 def run_cells(emb: Path, size: dict, out: Path) -> tuple[list[dict], float, float]:
-    """Run the grid in this process; per-cell figures, study wall time, baseline RSS."""
+    """Run the grid in this process; per-cell figures, study wall time and the
+    baselines (MiB): ``cold`` after the imports, ``warm`` after :func:`warm_up`,
+    which the cells' peaks are measured above."""
     sys.path.insert(0, str(HERE))
     from flickr import method_params
 
@@ -194,6 +240,8 @@ def run_cells(emb: Path, size: dict, out: Path) -> tuple[list[dict], float, floa
         name="scale",
     )
     _load_libraries()
+    cold = rss_mb()
+    warm_up(base, size)
     baseline = rss_mb()
     study = Study()
     cells = []
@@ -221,10 +269,12 @@ def run_cells(emb: Path, size: dict, out: Path) -> tuple[list[dict], float, floa
                 file=sys.stderr,
                 flush=True,
             )
-    return cells, time.perf_counter() - t0, baseline
+    return cells, time.perf_counter() - t0, {"cold": cold, "warm": baseline}
 
 
-def _cell_rows(cell: dict, size: dict, gflops: float, emb_mb: float) -> list[dict]:
+def _cell_rows(cell: dict, size: dict, gflops: float, emb_mb: float, quick: bool) -> list[dict]:
+    """One cell's rows; with ``quick`` the memory target is not judged (at a tenth
+    of the data the libraries' fixed working buffers dominate the peak)."""
     res = cell["result"]
     cfg = res.config
     tag = f"{cfg.method} N={cfg.n_support}"
@@ -265,7 +315,7 @@ def _cell_rows(cell: dict, size: dict, gflops: float, emb_mb: float) -> list[dic
             cell["peak_mb"],
             "MiB",
             f"<= {2 * emb_mb:.0f}",
-            cell["peak_mb"] <= 2 * emb_mb,
+            None if quick else cell["peak_mb"] <= 2 * emb_mb,
         )
     )
     rows.append(
@@ -286,7 +336,7 @@ def run(quick: bool = False) -> dict:
     emb_mb = sum((emb / f).stat().st_size for f in ("image.npy", "text.npy")) / 2**20
     gflops = gemm_gflops()
     with tempfile.TemporaryDirectory(prefix="imsearch-scale-") as tmp:
-        cells, study_s, _ = run_cells(emb, size, Path(tmp))
+        cells, study_s, base = run_cells(emb, size, Path(tmp))
         sizes = [os.path.getsize(p) for p in Path(tmp).glob("*.json")]
     n_failed = sum(c["result"].status.state == "failed" for c in cells)
     rows = [
@@ -311,6 +361,12 @@ def run(quick: bool = False) -> dict:
             "<= 50",
             max(sizes, default=0) <= 50 * 1024,
         ),
+        _row("interpreter baseline: libraries imported", base["cold"], "MiB"),
+        _row(
+            "interpreter baseline: warm (one small cell per method first)",
+            base["warm"],
+            "MiB",
+        ),
         _row(
             "peak RSS above baseline, whole study",
             max(c["peak_mb"] for c in cells),
@@ -318,9 +374,14 @@ def run(quick: bool = False) -> dict:
             f"<= {2 * emb_mb:.0f}",
             max(c["peak_mb"] for c in cells) <= 2 * emb_mb if not quick else None,
         ),
+        _row(
+            "peak RSS above the imports-only baseline, whole study",
+            max(c["peak_mb"] for c in cells) + base["warm"] - base["cold"],
+            "MiB",
+        ),
     ]
     for c in cells:
-        rows += _cell_rows(c, size, gflops, emb_mb)
+        rows += _cell_rows(c, size, gflops, emb_mb, quick)
     return {"rows": rows, "gemm_gflops": gflops, "study_s": study_s, "embedding_mb": emb_mb}
 
 

@@ -145,31 +145,39 @@ def close_groups(
     if not len(rows) or depth <= run.k:
         return _closed_if_whole(run, count), 0, len(rows) if depth <= run.k else 0, 0.0
     pos = pd.Index(np.asarray(query_ids)).get_indexer(np.asarray(run.query_ids)[rows])
-    # Only the open rows are widened to ``depth`` (the others keep their k + 1 columns).
-    ext_ids = np.full((len(rows), depth), -1, dtype=np.int64)
-    ext_sc = np.full((len(rows), depth), -np.inf)
-    ext_ids[:, : run.k], ext_sc[:, : run.k] = run.doc_ids[rows], run.scores[rows]
 
-    def deeper(sel: np.ndarray) -> int:
+    def deeper(sel: np.ndarray) -> tuple[np.ndarray, np.ndarray, int]:
+        """Open rows ``sel`` (positions in ``rows``) widened to ``depth`` columns
+        and searched again: their ids, scores and the groups still open."""
+        ids = np.full((len(sel), depth), -1, dtype=np.int64)
+        sc = np.full((len(sel), depth), -np.inf)
+        ids[:, : run.k], sc[:, : run.k] = run.doc_ids[rows[sel]], run.scores[rows[sel]]
         res = store.search(collection, queries[pos[sel]], depth)
-        ext_ids[sel, : res.k], ext_sc[sel, : res.k] = res.ids, res.scores
-        sub = Run.from_arrays(
-            run.query_ids[rows[sel]], ext_ids[sel], ext_sc[sel], assume_sorted=True
-        )
+        ids[:, : res.k], sc[:, : res.k] = res.ids, res.scores
+        sub = Run.from_arrays(run.query_ids[rows[sel]], ids, sc, assume_sorted=True)
         if rescore is not None:
             sub = rescore(sub)
-            ext_ids[sel], ext_sc[sel] = sub.doc_ids, sub.scores
-        return int(open_tie_groups(sub, k, tol=tol).sum()) if depth < count else 0
+            ids, sc = sub.doc_ids, sub.scores
+        return ids, sc, int(open_tie_groups(sub, k, tol=tol).sum()) if depth < count else 0
 
     local = np.arange(len(rows))
     probe = np.unique(np.linspace(0, len(rows) - 1, min(PROBE_ROWS, len(rows))).astype(int))
-    still_open = deeper(probe)
+    probe_ids, probe_sc, still_open = deeper(probe)
     rest = np.setdiff1d(local, probe)
     if still_open > (1 - MIN_CLOSING_SHARE) * len(probe):
-        # Deeper searches do not close these groups: none is extended.
+        # Deeper searches do not close these groups: none is extended (and no
+        # (open rows x depth) arrays are built: 67 MiB for 47,675 open rows).
         return _closed_if_whole(run, count), len(probe), len(rows), time.perf_counter() - t0
+    # Only the open rows are widened to ``depth`` (the others keep their k + 1 columns).
+    ext_ids = np.empty((len(rows), depth), dtype=np.int64)
+    ext_sc = np.empty((len(rows), depth))
+    ext_ids[probe], ext_sc[probe] = probe_ids, probe_sc
+    del probe_ids, probe_sc
     if len(rest):
-        still_open += deeper(rest)
+        rest_ids, rest_sc, n_open = deeper(rest)
+        ext_ids[rest], ext_sc[rest] = rest_ids, rest_sc
+        still_open += n_open
+        del rest_ids, rest_sc
     width = _needed_width(ext_ids, ext_sc, run.query_ids[rows], k, tol, run.k)
     ids = np.full((run.doc_ids.shape[0], width), -1, dtype=np.int64)
     scores = np.full(ids.shape, -np.inf)

@@ -182,15 +182,15 @@ class AlignmentBase(ABC):
         Yv = self._check_input(Y, "Y", "text", self._fitted_dim("text"))
         return self._transform_texts(Yv)
 
-    def release_transform_state(self) -> None:
+    def release_transform_state(self) -> None:  # noqa: B027 (optional hook, no-op default)
         """Free what only the transforms need, once the caller will transform
         nothing more (an experiment cell after its last transform).
 
         The default keeps everything (the methods' transform state is small
         next to the aligned spaces); a method whose state is as large as its
         support set (ASIF's normalised anchors: 127 MiB at 29,000 Flickr30k
-        pairs) overrides it. After it, the transforms raise and
-        ``output_dim_`` and the other fitted attributes stay.
+        pairs) overrides it. After it, its transforms may raise; ``output_dim_``
+        and the other fitted attributes stay.
         """
 
     def similarity(self, X: Any, Y: Any) -> np.ndarray:

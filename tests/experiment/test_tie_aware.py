@@ -113,12 +113,17 @@ def _qrels(qids, rel):
     return Qrels.from_pairs(qids, rel)
 
 
-def test_close_groups_widens_only_as_far_as_the_groups_need():
+@pytest.mark.parametrize("probe_rows", [256, 5])
+def test_close_groups_widens_only_as_far_as_the_groups_need(probe_rows, monkeypatch):
     """Groups of 3 near-copies straddling rank k close a few columns past it:
     the extended run is narrower than the depth searched, and its tie-aware
-    values equal those of a run searched to the full depth."""
+    values equal those of a run searched to the full depth (with every open
+    row in the probe, and with a probe of 5 rows and the rest searched after)."""
+    from imsearch_align.experiment import tie_aware
     from imsearch_align.experiment.tie_aware import EXTEND_FACTOR, close_groups
     from imsearch_align.framework.ties import open_tie_groups, tie_aware_evaluate
+
+    monkeypatch.setattr(tie_aware, "PROBE_ROWS", probe_rows)
 
     rng = np.random.default_rng(3)
     d, k = 16, 4
@@ -134,7 +139,7 @@ def test_close_groups_widens_only_as_far_as_the_groups_need():
     assert open_tie_groups(run, k, tol=tol).any()
     ext, searched, still_open, _ = close_groups(store, "c", run, q, qids, k, tol, 120)
     depth = EXTEND_FACTOR * (k + 1)
-    assert searched > 0 and still_open == 0
+    assert searched > min(probe_rows, 5) and still_open == 0  # the probe and the rest
     assert run.k < ext.k < depth
     assert not open_tie_groups(ext, k, tol=tol).any()
     full = store.search("c", q, depth)

@@ -58,6 +58,25 @@ def test_fit_returns_self_and_sets_state(case, pairs):
 
 
 @pytest.mark.parametrize("case", list(CASES))
+def test_release_transform_state_keeps_the_fitted_facts(case, pairs):
+    """The hook a cell calls after its last transform: the fitted attributes
+    stay (the result records them); a transform after it is either what it was
+    before or a clear error, never a different answer."""
+    X, Y, Xq, Yq = data_for(case, pairs)
+    m = make(case).fit(X, Y)
+    facts = {k: v for k, v in vars(m).items() if k.endswith("_") and isinstance(v, int | float)}
+    before = dense(m.transform_images(Xq))
+    m.release_transform_state()
+    assert {k: getattr(m, k) for k in facts} == facts
+    try:
+        after = m.transform_images(Xq)
+    except RuntimeError as exc:
+        assert "released" in str(exc)
+    else:
+        np.testing.assert_array_equal(dense(after), before)
+
+
+@pytest.mark.parametrize("case", list(CASES))
 def test_init_stores_params_only_and_get_params_round_trips(case):
     m = make(case)
     params = m.get_params()
