@@ -62,7 +62,7 @@ def test_release_transform_state_keeps_the_fitted_facts(case, pairs):
     """The hook a cell calls after its last transform: the fitted attributes
     stay (the result records them); a transform after it is either what it was
     before or a clear error, never a different answer."""
-    X, Y, Xq, Yq = data_for(case, pairs)
+    X, Y, Xq, _Yq = data_for(case, pairs)
     m = make(case).fit(X, Y)
     facts = {k: v for k, v in vars(m).items() if k.endswith("_") and isinstance(v, int | float)}
     before = dense(m.transform_images(Xq))
