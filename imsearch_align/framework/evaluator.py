@@ -1391,7 +1391,9 @@ class _NullBar:
 
 
 def _progress(total: int, enabled: bool, desc: str):
-    if not enabled:
+    """A transient bar over ``total`` batches; none for a single batch (a 0-of-1
+    bar per search says nothing and, in a study's log, floods it)."""
+    if not enabled or total < 2:
         return _NullBar()
     from tqdm.auto import tqdm
 

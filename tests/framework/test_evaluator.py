@@ -190,6 +190,16 @@ def test_matches_direct_computation_and_uses_parallel_workers():
     assert res.degraded_reasons() == [] and res.n_failed == 0 and not res.degraded
 
 
+@pytest.mark.parametrize("nq, bar", [(16, False), (40, True)])
+def test_search_progress_bar_only_when_there_is_more_than_one_batch(capsys, nq, bar):
+    """One bar per search of several batches; a one-batch search writes none."""
+    docs, ids, q, qrels = _data(nq=nq)
+    res = _ev(BruteForceStore(docs, ids), progress=True).evaluate(q, qrels)
+    assert res.timings["n_batches"] == (1 if nq == 16 else 3)
+    err = capsys.readouterr().err
+    assert ("search c" in err) is bar
+
+
 # --------------------------------------------------------------------------- failures and retries
 
 
