@@ -39,6 +39,7 @@ from __future__ import annotations
 import re
 import uuid
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from importlib import metadata
 from typing import Any
@@ -64,6 +65,7 @@ __all__ = [
     "empty_result",
     "finalize_rows",
     "package_versions",
+    "search_closing_ties",
     "unique_collection_name",
 ]
 
@@ -252,6 +254,61 @@ def finalize_rows(ids: np.ndarray, scores: np.ndarray, k: int) -> SearchResult:
         ids = np.pad(ids, ((0, 0), (0, pad)), constant_values=-1)
         scores = np.pad(scores, ((0, 0), (0, pad)), constant_values=-np.inf)
     return SearchResult(ids=ids, scores=scores)
+
+
+#: Hits an exact store asks for beyond ``k`` (:func:`search_closing_ties`), so
+#: that the group of documents tied at the k-th score is usually seen whole.
+TIE_MARGIN = 8
+
+
+def search_closing_ties(
+    search: Callable[[np.ndarray, int], tuple[np.ndarray, np.ndarray]],
+    nq: int,
+    n: int,
+    k: int,
+    *,
+    max_limit: int | None = None,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Hits of an exact search whose backend orders equal scores arbitrarily.
+
+    The tie rule chooses, among documents tied at the k-th score, those
+    with the lowest ids; a backend that returns ``k`` hits has already
+    chosen among them by its own order. So this asks ``search`` for
+    ``k + TIE_MARGIN`` hits, and asks again with twice the limit for each
+    row whose last returned score still equals its k-th score, until the
+    group ends inside what came back, or every document has come back.
+    :func:`finalize_rows` then orders the rows and keeps ``k``.
+
+    Args:
+        search: ``search(rows, limit)`` returns ``(ids, scores)`` of shape
+            ``(len(rows), limit)`` (padded with ``-1`` / ``-inf``) for the
+            query rows ``rows`` (int64 positions).
+        nq: query rows.
+        n: documents in the collection.
+        k: hits wanted per row.
+        max_limit: the backend's largest limit (a row still tied there
+            keeps the backend's choice among the tied documents).
+
+    Returns:
+        ``(ids, scores)``, as wide as the widest limit asked.
+    """
+    cap = n if max_limit is None else min(n, max_limit)
+    want = min(k, n)
+    limit = max(1, min(cap, k + TIE_MARGIN))
+    ids, scores = search(np.arange(nq, dtype=np.int64), limit)
+    if limit <= want:
+        return ids, scores
+    todo = np.flatnonzero((scores[:, limit - 1] == scores[:, want - 1]) & (ids[:, limit - 1] >= 0))
+    while todo.size and limit < cap:
+        limit = min(cap, 2 * limit)
+        more_ids, more_scores = search(todo, limit)
+        width = ids.shape[1]
+        ids = np.pad(ids, ((0, 0), (0, limit - width)), constant_values=-1)
+        scores = np.pad(scores, ((0, 0), (0, limit - width)), constant_values=-np.inf)
+        ids[todo], scores[todo] = more_ids, more_scores
+        last = more_scores[:, limit - 1]
+        todo = todo[(last == more_scores[:, want - 1]) & (more_ids[:, limit - 1] >= 0)]
+    return ids, scores
 
 
 class BaseStore(ABC):

@@ -7,8 +7,11 @@ back with one gather, which works the same for every index type, CPU or GPU.
 Results: ``k`` is capped at the collection size and rows are padded with
 ``-1`` / ``-inf``; each returned row is re-sorted by (score descending, id
 ascending) with one vectorised ``np.lexsort``, because faiss orders equal
-scores arbitrarily. (Which of several docs tied at the k-th score is
-returned is faiss's choice; the conformance kit compares tie-tolerantly.)
+scores arbitrarily. A flat index is exact, so it also chooses the docs tied
+at the k-th score by ascending id, as ExactStore does: it asks faiss for a
+few more than ``k`` and again, wider, for rows still tied at the end
+(:func:`~imsearch_align.adapters.base.search_closing_ties`). HNSW and IVF
+return faiss's choice among tied docs.
 
 Sparse collections (ASIF) are searched with the exact sparse kernel of
 :mod:`imsearch_align.adapters.sparse_search`, the same one ExactStore uses
@@ -32,7 +35,12 @@ from typing import Any
 
 import numpy as np
 
-from imsearch_align.adapters.base import BaseStore, CollectionInfo, finalize_rows
+from imsearch_align.adapters.base import (
+    BaseStore,
+    CollectionInfo,
+    finalize_rows,
+    search_closing_ties,
+)
 from imsearch_align.adapters.sparse_search import SparseCollection
 from imsearch_align.framework.interfaces import SearchResult
 from imsearch_align.framework.registry import STORES
@@ -214,6 +222,20 @@ class FaissStore(BaseStore):
             )
         idx = info.state
         self._set_search_params(idx)
+        if self.index == "flat":
+            # exact: the documents tied at the k-th score are chosen by id, not by faiss
+            max_limit = _GPU_MAX_K if self.uses_gpu else None
+
+            def search(rows: np.ndarray, limit: int) -> tuple[np.ndarray, np.ndarray]:
+                scores, pos = idx.search(
+                    queries if rows.size == len(queries) else queries[rows], limit
+                )
+                return np.where(pos >= 0, info.ids[np.maximum(pos, 0)], -1), scores
+
+            ids, scores = search_closing_ties(
+                search, len(queries), info.count, kk, max_limit=max_limit
+            )
+            return finalize_rows(ids, scores, k)
         scores, pos = idx.search(queries, kk)
         short = np.flatnonzero((pos < 0).any(axis=1))
         if short.size and self.index == "ivf" and idx.nprobe < idx.nlist:

@@ -17,6 +17,7 @@ from imsearch_align.adapters.base import (
     check_vectors,
     empty_result,
     finalize_rows,
+    search_closing_ties,
     unique_collection_name,
 )
 
@@ -191,3 +192,31 @@ def test_remote_store_hooks_keep_no_ids():
     with pytest.raises(ValueError, match=r"already stored: \[5\]"):
         s.insert("r", np.eye(2, dtype=np.float32), [5, 6])
     assert s.search("r", np.array([[0, 1]], np.float32), 1).ids.tolist() == [[5]]
+
+
+def test_search_closing_ties_widens_only_rows_still_tied_and_stops_at_the_cap():
+    # row 0: 30 docs tied at the top; row 1: no tie; row 2: tie ends at 12
+    scores = np.zeros((3, 50), np.float32)
+    scores[0, :30] = 1.0
+    scores[0, 30:] = -np.arange(20, dtype=np.float32)
+    scores[1] = -np.arange(50, dtype=np.float32)
+    scores[2, :12] = 1.0
+    scores[2, 12:] = -np.arange(38, dtype=np.float32)
+    calls = []
+
+    def search(rows, limit):
+        calls.append((rows.tolist(), limit))
+        # a backend that returns tied docs in *descending* id order
+        order = np.lexsort((-np.arange(50)[None].repeat(len(rows), 0), -scores[rows]), axis=1)
+        return order[:, :limit].astype(np.int64), np.take_along_axis(scores[rows], order, 1)[
+            :, :limit
+        ]
+
+    ids, sc = search_closing_ties(search, 3, 50, 5)
+    assert calls == [([0, 1, 2], 13), ([0], 26), ([0], 50)]
+    res = finalize_rows(ids, sc, 5)
+    assert res.ids.tolist() == [[0, 1, 2, 3, 4], [0, 1, 2, 3, 4], [0, 1, 2, 3, 4]]
+    calls.clear()
+    ids, _ = search_closing_ties(search, 3, 50, 5, max_limit=20)
+    assert calls == [([0, 1, 2], 13), ([0], 20)]  # still tied at the cap: the backend's choice
+    assert finalize_rows(ids, _, 5).ids[0].tolist() == [10, 11, 12, 13, 14]

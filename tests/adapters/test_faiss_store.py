@@ -110,6 +110,29 @@ def test_ties_resorted_by_id():
         assert r.ids.tolist() == [[10, 20, 30, 40, 50, 60, -1, -1]] * 2, index
 
 
+@pytest.mark.parametrize("k", [1, 3, 10, 40, 300])
+def test_flat_chooses_docs_tied_at_the_kth_score_by_id_like_exact_store(k):
+    """Integer vectors tie exactly; faiss alone would keep its own choice at the cut-off.
+    Ids are inserted in descending order (faiss prefers low positions), so
+    without the tie closure the highest ids come back (the check fails)."""
+    rng = np.random.default_rng(3)
+    v = rng.integers(-1, 2, (300, 6)).astype(np.float32)  # few distinct scores: big groups
+    ids = np.arange(3000, 0, -10)
+    q = rng.integers(-1, 2, (40, 6)).astype(np.float32)
+    with FaissStore("flat") as fs, ExactStore() as ex:
+        for s in (fs, ex):
+            s.create_collection("c", 6)
+            s.insert("c", v[:100], ids[:100])
+            s.insert("c", v[100:], ids[100:])
+        got, want = fs.search("c", q, k), ex.search("c", q, k)
+    np.testing.assert_array_equal(got.ids, want.ids)
+    np.testing.assert_array_equal(got.scores, want.scores)
+    # the oracle: score descending, then id ascending, over every document
+    s = (q @ v.T).astype(np.float32)
+    order = np.lexsort((np.broadcast_to(ids, s.shape), -s), axis=1)[:, :k]
+    np.testing.assert_array_equal(got.ids, ids[order])
+
+
 def test_sparse_collections_use_the_exact_kernel_and_equal_exact_store(caplog):
     x, q = sparse_clustered(600, 80, nnz=10, n_queries=40, seed=7)
     ids = np.random.default_rng(7).permutation(600).astype(np.int64) * 3 + 1
