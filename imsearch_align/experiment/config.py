@@ -227,9 +227,11 @@ class ExperimentConfig:
         ann_fidelity: also search exactly and report the store's recall@k,
             computed from the true inner products of the ids it returned.
         diagnostics: embedding-space geometry of the raw and aligned test spaces.
-        tie_tolerance: scores within this relative tolerance tie; ``None``
-            derives it from float32 epsilon and the dimension (see
-            :mod:`imsearch_align.experiment.tie_aware`); ``0`` ties only equal scores.
+        tie_tolerance: scores within this relative tolerance tie (chained);
+            ``None``: documents with equal true scores tie (float64 scores of
+            the vectors where the store's cannot order them, 1e-12 relative;
+            see :mod:`imsearch_align.experiment.tie_aware`); ``0`` ties only
+            equal scores.
         cache_dir: embedding cache folder (``None`` disables it).
         batch_size: queries per store call. encode_batch_size: items per encoder pass.
         workers: concurrent search threads.

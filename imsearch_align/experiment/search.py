@@ -263,6 +263,7 @@ def _one_ranking(
     from imsearch_align.experiment.tie_aware import (
         Rescorer,
         close_groups,
+        error_bound,
         is_exact,
         tie_summary,
         tolerance_for,
@@ -284,13 +285,15 @@ def _one_ranking(
         checkpoint_key=spec.ckpt_key,
     )
     res = _evaluate(ctx, label, ev, q, qrels, query_ids, doc_ids, docs.shape[0], spec.build_s)
-    tol = tolerance_for(cfg, q)
     exact = is_exact(spec.searcher)
-    # Tie groups from float64 scores of the vectors where the store's float32
-    # scores cannot decide them; a wrapped searcher (classification's
-    # best-prompt mapping) returns ids that are not rows of docs: its scores stand.
+    # Float64 scores of the vectors where the store's float32 scores cannot
+    # order neighbours; a wrapped searcher (classification's best-prompt
+    # mapping) returns ids that are not rows of docs: its scores stand.
+    rescorable = spec.searcher is ctx.store
+    tol = tolerance_for(cfg, q, rescored=rescorable)
+    err = error_bound(q)
     rescore = None
-    if spec.searcher is ctx.store:
+    if rescorable:
         qids = np.arange(q.shape[0]) if query_ids is None else query_ids
         rescore = Rescorer(docs, doc_ids, q, qids, tol)
     run, n_ext, n_open, ext_s = res.run, 0, 0, 0.0
@@ -299,8 +302,19 @@ def _one_ranking(
     if exact:
         s = spec.searcher
         count = s.count(spec.collection) if isinstance(s, CollectionCatalog) else docs.shape[0]
+        # deeper until no unreturned document can reach rank k (module tie_aware)
+        reach = max(tol, err) if rescorable else tol
         run, n_ext, n_open, ext_s = close_groups(
-            s, spec.collection, run, q, query_ids, spec.k, tol, count, rescore
+            s,
+            spec.collection,
+            run,
+            q,
+            query_ids,
+            spec.k,
+            reach,
+            count,
+            rescore,
+            window=rescorable and cfg.tie_tolerance is None,
         )
     ta = tie_aware_evaluate(
         run,
@@ -319,6 +333,7 @@ def _one_ranking(
         n_open=n_open,
         extend_s=ext_s,
         n_rescored=rescore.n_rescored if rescore is not None else None,
+        error=max(tol, err) if rescorable else tol,
     )
     ranking = replace(ranking, ties=summary)
     return res, ranking

@@ -9,21 +9,36 @@ id-ascending tie rule, the number of queries whose value depends on tie
 order, and the lowest and highest mean reachable by breaking ties against or
 for the relevant documents.
 
-Scores tie when they are within ``tie_tolerance`` relative (default: tied to
-float32 epsilon and the dimension, :func:`~imsearch_align.framework.ties.default_tolerance`).
-Tie groups are formed from **float64 scores recomputed from the vectors**
-wherever the store's own float32 scores cannot decide them: two stores'
-gaps between the same two documents differ by up to that default
-tolerance, so a gap near ``tie_tolerance`` would be a link in one store and
-not in the other (:class:`Rescorer`). Elsewhere the store's scores decide
-the same groups, and are used as they are.
-The store is asked for one result more than the largest cut-off, so a tie
-group crossing the cut-off is seen. An exact store is then searched deeper
-for the rows whose group is still open, until every group closes (the
-result says ``groups: closed``); an approximate store cannot return a whole
-group, so such queries are scored over the members it returned and counted
-as ``truncated`` (as are the rare rows of an exact store whose group is longer
-than the bounded depth searched).
+Which documents tie. A store's float32 score is the true inner product of
+the indexed vectors give or take its rounding, bounded by the **error
+bound** ``e`` (:func:`~imsearch_align.framework.ties.default_tolerance` of
+the dimension). Where two neighbours' store scores are within ``e``, the
+store cannot order them for sure: those rows get **float64 scores
+recomputed from the vectors** and are re-sorted (:class:`Rescorer`).
+Documents tie when their scores are within ``tie_tolerance`` relative;
+by default (``None``) that is :data:`EXACT_TIE_TOL`, so only documents
+with equal true scores (up to float64 summation order: duplicates) tie,
+and every ranking is the true one. A method whose scores crowd closer than
+``e`` (local CKA's differ by about 1e-7 around 0.2) is then scored by its
+true ranking, not as one large tie group. Where scores cannot be recomputed
+(a classification task's best-prompt search returns class ids, not rows of
+the vectors), the default is ``e`` itself. An explicit ``tie_tolerance``
+groups the recomputed scores with that tolerance.
+
+The store is asked for one result more than the largest cut-off. An exact
+store is then searched deeper for the rows whose run may hide a document
+that outranks the k-th: those whose last returned score is within ``e`` of
+the k-th (:func:`open_windows`). Beyond that, no unreturned document can
+reach rank ``k``: its store score is below every returned one, so its true
+score is at most ``e`` above the run's last (each store score is off by at
+most ``e / 2``). Rows still open at the bounded depth searched are scored on
+the documents returned, in true order, and counted (``groups``: "closed ...
+except N rows"). With an explicit ``tie_tolerance`` (or no recomputed
+scores) a row stays open while the chain of links within ``max(e,
+tie_tolerance)`` at rank ``k`` reaches the end of the run, so that every
+group crossing a cut-off is whole. An approximate store cannot return a
+whole group, so a tie group at the end of its run is scored over the
+members it returned and counted as ``truncated``.
 """
 
 from __future__ import annotations
@@ -38,7 +53,22 @@ from imsearch_align.framework.interfaces import ExactSearch
 from imsearch_align.framework.metrics import Run
 from imsearch_align.framework.validation import is_sparse
 
-__all__ = ["Rescorer", "close_groups", "is_exact", "tie_summary", "tolerance_for"]
+__all__ = [
+    "EXACT_TIE_TOL",
+    "Rescorer",
+    "close_groups",
+    "error_bound",
+    "is_exact",
+    "open_windows",
+    "tie_summary",
+    "tolerance_for",
+]
+
+#: Default tie tolerance where scores are recomputed in float64 from the
+#: vectors (relative, as ``tie_tolerance``): far above the float64 rounding
+#: of an inner product (about ``d * 1.1e-16``), far below any gap between
+#: two distinct float32 vectors' scores that a store could resolve.
+EXACT_TIE_TOL = 1e-12
 
 
 def is_exact(store: Any) -> bool:
@@ -54,13 +84,20 @@ def _dim(queries: Any) -> int:
     return max(int(queries.shape[1]), 1)
 
 
-def tolerance_for(config: Any, queries: Any) -> float:
-    """``config.tie_tolerance``, or the default for the queries' dimension."""
+def error_bound(queries: Any) -> float:
+    """Bound on the difference of two stores' float32 scores (relative), for the queries' dimension."""
     from imsearch_align.framework.ties import default_tolerance
 
+    return default_tolerance(_dim(queries))
+
+
+def tolerance_for(config: Any, queries: Any, *, rescored: bool = True) -> float:
+    """The tie tolerance: ``config.tie_tolerance``, else :data:`EXACT_TIE_TOL`
+    where scores are recomputed from the vectors (``rescored``), else the
+    :func:`error_bound` of the queries' dimension (see the module docstring)."""
     if config.tie_tolerance is not None:
         return float(config.tie_tolerance)
-    return default_tolerance(_dim(queries))
+    return EXACT_TIE_TOL if rescored else error_bound(queries)
 
 
 class Rescorer:
@@ -74,13 +111,11 @@ class Rescorer:
     """
 
     def __init__(self, docs: Any, doc_ids: Any, queries: Any, query_ids: Any, tol: float) -> None:
-        from imsearch_align.framework.ties import default_tolerance
-
         self._args = (docs, doc_ids, queries)
         self._query_rows = pd.Index(np.asarray(query_ids))
         self._truth: Any = None
         self.tol = float(tol)
-        self.error = default_tolerance(_dim(queries))
+        self.error = error_bound(queries)
         #: Rows rescored so far (over every call).
         self.n_rescored = 0
 
@@ -119,10 +154,14 @@ def close_groups(
     tol: float,
     count: int,
     rescore: Any = None,
+    *,
+    window: bool = False,
 ) -> tuple[Run, int, int, float]:
-    """Search an exact store deeper for the rows whose tie group at rank ``k``
-    is still open, ``EXTEND_FACTOR * (k + 1)`` deep (bounded, so a space full
-    of near-ties cannot blow the run up to every document of every query).
+    """Search an exact store deeper for the rows whose chain of links within
+    ``tol`` at rank ``k`` is still open, ``EXTEND_FACTOR * (k + 1)`` deep
+    (bounded, so a space full of near-ties cannot blow the run up to every
+    document of every query). The experiment passes ``max(error bound,
+    tie tolerance)`` as ``tol`` (module docstring).
 
     A probe of ``PROBE_ROWS`` open rows goes first; the other open rows are
     searched only if most of the probe's groups closed. In a space whose
@@ -131,7 +170,10 @@ def close_groups(
     and every open row is scored as truncated (its run ends inside the group),
     so all of them are treated alike. ``rescore`` (a :class:`Rescorer`)
     recomputes the deeper rows' near-tie scores before their groups are
-    judged. The extended run is only as wide as the deepest group at rank
+    judged. With ``window=True`` a row is open while its last score is
+    within ``tol`` of its k-th (:func:`open_windows`), not while a chain of
+    links reaches the end: the test for a run ordered by true scores, whose
+    ties are equal scores only (module docstring). The extended run is only as wide as the deepest group at rank
     ``k`` needs (its closing score included), not the depth searched.
     Returns the extended run, the rows searched again, the rows still open
     (scored as truncated) and the time taken. A row that holds every
@@ -140,7 +182,11 @@ def close_groups(
     from imsearch_align.framework.ties import open_tie_groups
 
     t0 = time.perf_counter()
-    rows = np.flatnonzero(open_tie_groups(run, k, tol=tol))
+
+    def still_open(r: Run) -> np.ndarray:
+        return open_windows(r, k, tol) if window else open_tie_groups(r, k, tol=tol)
+
+    rows = np.flatnonzero(still_open(run))
     depth = min(count, EXTEND_FACTOR * (k + 1))
     if not len(rows) or depth <= run.k:
         return _closed_if_whole(run, count), 0, len(rows) if depth <= run.k else 0, 0.0
@@ -158,7 +204,7 @@ def close_groups(
         if rescore is not None:
             sub = rescore(sub)
             ids, sc = sub.doc_ids, sub.scores
-        return ids, sc, int(open_tie_groups(sub, k, tol=tol).sum()) if depth < count else 0
+        return ids, sc, int(still_open(sub).sum()) if depth < count else 0
 
     local = np.arange(len(rows))
     probe = np.unique(np.linspace(0, len(rows) - 1, min(PROBE_ROWS, len(rows))).astype(int))
@@ -178,7 +224,7 @@ def close_groups(
         ext_ids[rest], ext_sc[rest] = rest_ids, rest_sc
         still_open += n_open
         del rest_ids, rest_sc
-    width = _needed_width(ext_ids, ext_sc, run.query_ids[rows], k, tol, run.k)
+    width = _needed_width(ext_ids, ext_sc, run.query_ids[rows], k, tol, run.k, window)
     ids = np.full((run.doc_ids.shape[0], width), -1, dtype=np.int64)
     scores = np.full(ids.shape, -np.inf)
     ids[:, : run.k], scores[:, : run.k] = run.doc_ids, run.scores
@@ -189,13 +235,43 @@ def close_groups(
     return extended, len(rows), still_open, time.perf_counter() - t0
 
 
+def open_windows(run: Run, k: int, tol: float) -> np.ndarray:
+    """``(nq,)`` bool: full rows whose last score is within ``tol`` (relative,
+    as a tie link) of their k-th, or that hold fewer than ``k + 1`` columns.
+
+    In a run ordered by true scores, a document the store did not return has
+    a true score at most the error bound above the run's last one (its store
+    score is below every returned store score, each off by at most half the
+    bound). So with ``tol`` the error bound, a closed row's top ``k`` is
+    complete.
+    """
+    from imsearch_align.framework.ties import _is_link
+
+    n, K = run.doc_ids.shape
+    full = ~run.empty[:, -1] if K else np.zeros(n, dtype=bool)
+    if K <= k:
+        return full
+    return full & _is_link(run.scores[:, k - 1], run.scores[:, -1], tol)
+
+
 def _needed_width(
-    ids: np.ndarray, scores: np.ndarray, qids: Any, k: int, tol: float, base: int
+    ids: np.ndarray,
+    scores: np.ndarray,
+    qids: Any,
+    k: int,
+    tol: float,
+    base: int,
+    window: bool = False,
 ) -> int:
     """Columns that show every extended row's tie group at rank ``k`` and the
-    score after it (the closing one), or all of them where a group is still open."""
-    from imsearch_align.framework.ties import tie_groups
+    score after it (the closing one), or all of them where a group is still
+    open. With ``window``: up to the first score more than ``tol`` below the k-th."""
+    from imsearch_align.framework.ties import _is_link, tie_groups
 
+    if window:
+        inside = _is_link(scores[:, k - 1 : k], scores, tol) & (ids >= 0)
+        last = ids.shape[1] - 1 - np.argmax(inside[:, ::-1], axis=1)
+        return int(min(ids.shape[1], max(base, int(last.max()) + 2)))
     labels = tie_groups(Run.from_arrays(qids, ids, scores, assume_sorted=True), tol=tol)
     at_k = labels[:, k - 1 : k]
     last = ids.shape[1] - 1 - np.argmax((labels == at_k)[:, ::-1], axis=1)
@@ -220,22 +296,25 @@ def tie_summary(
     n_open: int,
     extend_s: float,
     n_rescored: int | None = None,
+    error: float | None = None,
 ) -> dict[str, Any]:
     """The JSON-ready tie report of one ranking (see the module docstring).
     ``n_rescored``: rows whose scores were recomputed in float64 (None: the
-    store's scores were used as they are)."""
+    store's scores were used as they are). ``error``: the error bound the
+    rows were searched deeper with (None: the tolerance)."""
     lo, hi, dep, trunc = ta.low_mean(), ta.high_mean(), ta.n_tie_dependent, ta.n_truncated
     if not exact:
         groups = "truncated at k (approximate store)"
     elif n_open:
         groups = (
-            f"closed by the exact store except {n_open} rows (tie groups too long to close: "
-            "scored as truncated)"
+            f"closed by the exact store except {n_open} rows (near-ties run past the depth "
+            "searched: scored on the documents returned, in true order)"
         )
     else:
         groups = "closed"
     return {
         "tolerance": float(ta.tol),
+        "error_bound": float(ta.tol if error is None else error),
         "groups": groups,
         "rows_searched_deeper": int(n_extended),
         "search_deeper_s": float(extend_s),
