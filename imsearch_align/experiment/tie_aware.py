@@ -183,10 +183,10 @@ def close_groups(
 
     t0 = time.perf_counter()
 
-    def still_open(r: Run) -> np.ndarray:
+    def is_open(r: Run) -> np.ndarray:
         return open_windows(r, k, tol) if window else open_tie_groups(r, k, tol=tol)
 
-    rows = np.flatnonzero(still_open(run))
+    rows = np.flatnonzero(is_open(run))
     depth = min(count, EXTEND_FACTOR * (k + 1))
     if not len(rows) or depth <= run.k:
         return _closed_if_whole(run, count), 0, len(rows) if depth <= run.k else 0, 0.0
@@ -204,7 +204,7 @@ def close_groups(
         if rescore is not None:
             sub = rescore(sub)
             ids, sc = sub.doc_ids, sub.scores
-        return ids, sc, int(still_open(sub).sum()) if depth < count else 0
+        return ids, sc, int(is_open(sub).sum()) if depth < count else 0
 
     local = np.arange(len(rows))
     probe = np.unique(np.linspace(0, len(rows) - 1, min(PROBE_ROWS, len(rows))).astype(int))
