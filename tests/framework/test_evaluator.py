@@ -175,7 +175,9 @@ def _failed(res) -> list:
 
 def test_matches_direct_computation_and_uses_parallel_workers():
     docs, ids, q, qrels = _data()
-    store = BruteForceStore(docs, ids)
+    # each search sleeps a little, so a loaded machine cannot let one worker
+    # take every batch before the others start
+    store = BruteForceStore(docs, ids, delay_s=0.01)
     res = _ev(store, workers=3).evaluate(q, qrels)
     want = _direct(docs, ids, q, qrels, MEASURES)
     for m in MEASURES:
