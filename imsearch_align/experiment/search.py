@@ -291,7 +291,8 @@ def _one_ranking(
     # mapping) returns ids that are not rows of docs: its scores stand.
     rescorable = spec.searcher is ctx.store
     tol = tolerance_for(cfg, q, rescored=rescorable)
-    err = error_bound(q)
+    # deeper until no unreturned document can reach rank k (module tie_aware)
+    reach = max(tol, error_bound(q)) if rescorable else tol
     rescore = None
     if rescorable:
         qids = np.arange(q.shape[0]) if query_ids is None else query_ids
@@ -302,8 +303,6 @@ def _one_ranking(
     if exact:
         s = spec.searcher
         count = s.count(spec.collection) if isinstance(s, CollectionCatalog) else docs.shape[0]
-        # deeper until no unreturned document can reach rank k (module tie_aware)
-        reach = max(tol, err) if rescorable else tol
         run, n_ext, n_open, ext_s = close_groups(
             s,
             spec.collection,
@@ -333,7 +332,7 @@ def _one_ranking(
         n_open=n_open,
         extend_s=ext_s,
         n_rescored=rescore.n_rescored if rescore is not None else None,
-        error=max(tol, err) if rescorable else tol,
+        error=reach,
     )
     ranking = replace(ranking, ties=summary)
     return res, ranking

@@ -126,7 +126,7 @@ def test_flat_chooses_docs_tied_at_the_kth_score_by_id_like_exact_store(k):
             s.insert("c", v[100:], ids[100:])
         got, want = fs.search("c", q, k), ex.search("c", q, k)
     np.testing.assert_array_equal(got.ids, want.ids)
-    np.testing.assert_array_equal(got.scores, want.scores)
+    np.testing.assert_allclose(got.scores, want.scores, rtol=1e-6)
     # the oracle: score descending, then id ascending, over every document
     s = (q @ v.T).astype(np.float32)
     order = np.lexsort((np.broadcast_to(ids, s.shape), -s), axis=1)[:, :k]
