@@ -238,17 +238,28 @@ class _Truth:
         """True inner products of query ``qrows[i]`` with doc row ``pos[i, j]`` (NaN for -1),
         in float64, read in place (:mod:`~imsearch_align.framework._pair_kernels`)."""
         from imsearch_align.framework._pair_kernels import dense_pair_dots, sparse_pair_dots
+        from imsearch_align.framework.metrics import _map_row_chunks
 
         qrows = np.ascontiguousarray(qrows, dtype=np.int64)
         pos = np.ascontiguousarray(pos, dtype=np.int64)
         if pos.size == 0:
             return np.full(pos.shape, np.nan)
+        q, x = self.queries, self.docs
         if self.sparse:
-            q, x = self.queries, self.docs
-            return sparse_pair_dots(
-                q.indptr, q.indices, q.data, x.indptr, x.indices, x.data, qrows, pos, x.shape[1]
-            )
-        return dense_pair_dots(self.queries, self.docs, qrows, pos)
+
+            def part(lo: int, hi: int) -> np.ndarray:
+                return sparse_pair_dots(
+                    q.indptr, q.indices, q.data, x.indptr, x.indices, x.data,
+                    qrows[lo:hi], pos[lo:hi], x.shape[1],
+                )  # fmt: skip
+        else:
+
+            def part(lo: int, hi: int) -> np.ndarray:
+                return dense_pair_dots(q, x, qrows[lo:hi], pos[lo:hi])
+
+        # The kernels release the GIL: large requests run on two threads.
+        chunks = _map_row_chunks(part, len(qrows), pos.size * max(1, self.eff_dim) // 64)
+        return chunks[0] if len(chunks) == 1 else np.concatenate(chunks)
 
     def doc_against_all_queries(self, row: int) -> np.ndarray:
         """True inner products of doc ``row`` with every query (for diagnoses)."""

@@ -49,6 +49,37 @@ def test_true_scores_are_float64_inner_products_of_the_ids():
         TrueScores(docs, ids, q)(np.array([len(q)]), asked[:1])
 
 
+@pytest.mark.parametrize("sparse", [False, True])
+def test_true_scores_of_a_large_request_split_over_threads_keep_row_order(sparse):
+    """A request large enough to run on two threads (4,000 x 80 pairs of 600-d
+    vectors) returns every row in its place: against a float64 matrix product."""
+    from imsearch_align.framework import metrics
+
+    rng = np.random.default_rng(5)
+    docs = rng.standard_normal((500, 600)).astype(np.float32)
+    q = rng.standard_normal((4000, 600)).astype(np.float32)
+    if sparse:
+        docs[rng.random(docs.shape) < 0.7] = 0
+        q[rng.random(q.shape) < 0.7] = 0
+    ids = np.arange(500) + 7
+    pick = rng.integers(0, 500, (4000, 80))
+    qrows = rng.permutation(4000)
+    calls = []
+    real = metrics._map_row_chunks
+    spy = lambda fn, n_rows, n_cells: calls.append(n_cells) or real(fn, n_rows, n_cells)  # noqa: E731
+    mp = pytest.MonkeyPatch()
+    mp.setattr(metrics, "_map_row_chunks", spy)
+    try:
+        truth = TrueScores(sp.csr_matrix(docs) if sparse else docs, ids,
+                           sp.csr_matrix(q) if sparse else q)  # fmt: skip
+        got = truth(qrows, ids[pick])
+    finally:
+        mp.undo()
+    assert calls and calls[0] >= metrics._PARALLEL_MIN_CELLS  # the two-thread path ran
+    want = np.take_along_axis(q[qrows].astype(np.float64) @ docs.T.astype(np.float64), pick, 1)
+    np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12)
+
+
 def test_stores_rounding_differently_give_the_groups_of_the_float64_scores():
     """Two stores whose scores differ by up to 0.45 tol each (gaps by up to 0.9
     tol) group differently on their own scores; rescored, both give the groups
@@ -113,17 +144,21 @@ def _qrels(qids, rel):
     return Qrels.from_pairs(qids, rel)
 
 
-@pytest.mark.parametrize("probe_rows", [256, 5])
-def test_close_groups_widens_only_as_far_as_the_groups_need(probe_rows, monkeypatch):
+@pytest.mark.parametrize(("probe_rows", "block_rows"), [(256, None), (5, None), (5, 3)])
+def test_close_groups_widens_only_as_far_as_the_groups_need(probe_rows, block_rows, monkeypatch):
     """Groups of 3 near-copies straddling rank k close a few columns past it:
     the extended run is narrower than the depth searched, and its tie-aware
     values equal those of a run searched to the full depth (with every open
-    row in the probe, and with a probe of 5 rows and the rest searched after)."""
+    row in the probe, with a probe of 5 rows and the rest searched after,
+    and with the rest searched 3 rows a block, each block as wide as its own
+    groups need)."""
     from imsearch_align.experiment import tie_aware
     from imsearch_align.experiment.tie_aware import EXTEND_FACTOR, close_groups
     from imsearch_align.framework.ties import open_tie_groups, tie_aware_evaluate
 
     monkeypatch.setattr(tie_aware, "PROBE_ROWS", probe_rows)
+    if block_rows is not None:
+        monkeypatch.setattr(tie_aware, "DEEPER_BLOCK_CELLS", block_rows * EXTEND_FACTOR * 5)
 
     rng = np.random.default_rng(3)
     d, k = 16, 4
