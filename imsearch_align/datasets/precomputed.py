@@ -53,6 +53,27 @@ def _from_pickled(obj: Any, path: Path) -> tuple[np.ndarray | None, np.ndarray]:
     return None, np.asarray(obj)
 
 
+def _read_npy(p: Path) -> np.ndarray:
+    """A ``.npy`` file's array; an object array (a pickle) and a damaged file
+    (bad header, truncated data) are refused, each with its own reason."""
+    try:
+        with p.open("rb") as fh:
+            fmt = np.lib.format
+            version = fmt.read_magic(fh)
+            read = fmt.read_array_header_1_0 if version == (1, 0) else fmt.read_array_header_2_0
+            _, _, dtype = read(fh)
+    except (ValueError, OSError, EOFError) as exc:
+        raise ValueError(f"{str(p)!r} is not a readable .npy file (bad header): {exc}") from exc
+    if dtype.hasobject:
+        raise ValueError(f"{str(p)!r} holds Python objects, not a numeric array: {_PICKLE_WHY}")
+    try:
+        return np.load(p, allow_pickle=False)
+    except (ValueError, OSError, EOFError) as exc:
+        raise ValueError(
+            f"{str(p)!r} could not be read as a .npy array (a truncated or damaged copy?): {exc}"
+        ) from exc
+
+
 def read_embeddings(
     path: str | os.PathLike, *, allow_pickle: bool = False
 ) -> tuple[np.ndarray | None, np.ndarray]:
@@ -65,12 +86,7 @@ def read_embeddings(
         )
     suf = p.suffix.lower()
     if suf == ".npy":
-        try:
-            return None, np.load(p, allow_pickle=False)
-        except ValueError as exc:
-            raise ValueError(
-                f"{str(p)!r} holds Python objects, not a numeric array: {_PICKLE_WHY}"
-            ) from exc
+        return None, _read_npy(p)
     if suf == ".parquet":
         import pandas as pd
 

@@ -232,24 +232,45 @@ def _ranking_table(result: Any) -> list[str]:
 
 
 def _tie_lines(result: Any, names: Sequence[str], measure: str) -> list[str]:
-    """What depends on tie order: counts and the bounds of the headline measure."""
-    parts, groups, tol = [], "", None
+    """What depends on tie order: the tie rule, each ranking's groups where they
+    are not all closed, counts and the bounds of the headline measure."""
+    parts, tols, bounds, any_open = [], [], [], False
     for n in names:
         r = result.rankings[n]
         t = (r.ties.get("measures") or {}).get(measure)
         if not t:
             continue
-        groups, tol = r.ties.get("groups", ""), r.ties.get("tolerance")
+        tol, bound = r.ties.get("tolerance"), r.ties.get("error_bound")
+        tols += [tol] if tol is not None and tol not in tols else []
+        if r.ties.get("rows_rescored") is not None and bound not in (None, *bounds):
+            bounds.append(bound)
+        groups = r.ties.get("groups", "")
+        if groups and groups != "closed":
+            parts.append(f"{n}: groups {groups}")
+            any_open = True
         if r.n_tie_dependent:
             parts.append(
                 f"{n}: {r.n_tie_dependent} queries depend on tie order, {measure} "
                 f"{fmt(r.metrics.get(measure))} in [{fmt(t['low'])}, {fmt(t['high'])}] "
                 f"(tie rule {fmt(r.tie_rule.get(measure))})"
             )
-    if tol is None:
+    if not tols:
         return []
-    head = f"ties (scores within {tol:.2g} relative; groups {groups}): values are expected over tie orders"
-    return [head + ("; " + "; ".join(parts) if parts else "; no query depends on tie order")]
+    head = (
+        f"ties (documents tie when their scores differ by at most "
+        f"{' / '.join(f'{x:.2g}' for x in tols)} x max(1, |score|)"
+    )
+    if bounds and bounds != tols:
+        head += (
+            f"; store scores closer than the float32 error bound "
+            f"{' / '.join(f'{x:.2g}' for x in bounds)} are rescored in float64"
+        )
+    head += "): values are expected over tie orders"
+    if not any_open:
+        head += "; groups closed"
+    if not any(r.n_tie_dependent for r in (result.rankings[n] for n in names)):
+        parts.append("no query depends on tie order")
+    return [head + "; " + "; ".join(parts)]
 
 
 def summary(result: Any) -> str:

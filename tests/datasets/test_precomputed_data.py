@@ -83,6 +83,16 @@ def test_bad_files(tmp_path: Path) -> None:
     np.save(tmp_path / "t.npy", Y[:7])
     with pytest.raises(ValueError, match="cannot pair 7 text rows with 6 image rows"):
         load_precomputed(tmp_path / "i.npy", tmp_path / "t.npy")
+    # A damaged .npy is named as such, not mistaken for a pickle.
+    raw = (tmp_path / "i.npy").read_bytes()
+    (tmp_path / "cut.npy").write_bytes(raw[: len(raw) - 40])
+    with pytest.raises(ValueError, match=r"cut\.npy' could not be read .*truncated") as e:
+        read_embeddings(tmp_path / "cut.npy")
+    assert "allow_pickle" not in str(e.value)
+    (tmp_path / "junk.npy").write_bytes(b"not an array at all")
+    with pytest.raises(ValueError, match=r"junk\.npy' is not a readable \.npy file") as e:
+        read_embeddings(tmp_path / "junk.npy")
+    assert "allow_pickle" not in str(e.value)
 
 
 def test_hub_repo_offline(monkeypatch: pytest.MonkeyPatch) -> None:

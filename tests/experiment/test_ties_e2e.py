@@ -130,6 +130,27 @@ def test_the_leaderboard_and_console_show_the_bounds(results, tmp_path):
     assert "range over tie orders" in md and "tie-dependent queries" in md
     text = results["exact"].summary()
     assert "queries depend on tie order" in text and "groups closed" in text
+    assert "x max(1, |score|)" in text and "relative" not in text
+
+
+def test_the_console_names_every_ranking_whose_groups_stay_open(results):
+    """Each ranking's groups text is shown where it is not "closed" (not only
+    the last ranking's), with the error bound the rows were rescored within."""
+    import dataclasses
+
+    res = results["exact"]
+    names = list(res.rankings)
+    assert len(names) >= 2
+    first = res.rankings[names[0]]
+    opened = dataclasses.replace(
+        first, ties={**first.ties, "groups": "closed by the exact store except 3 rows"}
+    )
+    task = dataclasses.replace(res.task, rankings={**res.task.rankings, names[0]: opened})
+    text = dataclasses.replace(res, task=task).summary()
+    assert f"{names[0]}: groups closed by the exact store except 3 rows" in text
+    assert "groups closed;" not in text and "; groups closed" not in text
+    bound = first.ties["error_bound"]
+    assert f"float32 error bound {bound:.2g}" in text
 
 
 @pytest.mark.parametrize("tol", [-1e-6, float("nan"), float("inf")])
