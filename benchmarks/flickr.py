@@ -12,6 +12,19 @@ Methods csa, asif, cka, procrustes (and a jointly trained CLIP baseline with
 {1k, 5k, 10k, 29k} x stores faiss (default), milvus-lite (embedded), or
 milvus (a server at ``--uri``). Prints the table, writes one result JSON per
 cell, a CSV + Markdown leaderboard and the learning-curve PNG into ``--out``.
+
+Every argument is checked before any work (unknown method or store, ``--stores
+milvus`` without ``--uri``, a support size or cut-off below 1, a missing
+``--embeddings`` file): one ``error:`` line, exit 2, nothing written. A cell
+that fails is reported in the table and the others go on. ``--skip-existing``
+reuses a clean stored result of the same cell (a re-run after Ctrl-C goes on
+where it stopped).
+
+Exit status, as ``imsearch-align``: 0 every cell ok; 1 a cell failed (or the
+data could not be loaded); 2 a bad argument; 3 a cell finished **degraded**
+(failed queries: its numbers are not the full measurement; ``--allow-failures``
+makes it 0); 130 interrupted (the finished cells' table and reports are
+written first).
 """
 
 from __future__ import annotations
@@ -59,29 +72,38 @@ def method_params(method: str, n: int, dims: tuple[int, int]) -> dict[str, Any]:
     return {}
 
 
+STORE_CHOICES = ("faiss", "exact", "milvus-lite", "milvus")
+
+
+class UsageError(ValueError):
+    """A bad argument, found before any work: ``error: ...``, exit 2."""
+
+
 def store_spec(store: str, out: Path, uri: str | None) -> tuple[str, dict[str, Any]]:
     """Registry name and parameters of a store choice on the command line."""
-    if store == "faiss":
-        return "faiss", {}
-    if store == "exact":
-        return "exact", {}
+    if store in ("faiss", "exact"):
+        return store, {}
     if store == "milvus-lite":
         return "milvus", {"uri": str(out / "milvus_lite.db")}
     if store == "milvus":
         if not uri:
-            raise SystemExit(
+            raise UsageError(
                 "--stores milvus needs --uri http://HOST:PORT (a running Milvus server)"
             )
         return "milvus", {"uri": uri}
-    raise SystemExit(
-        f"--stores: unknown store {store!r}; choose from faiss, exact, milvus-lite, milvus"
-    )
+    raise UsageError(f"--stores: unknown store {store!r}; choose from {', '.join(STORE_CHOICES)}")
 
 
 def dataset_spec(args: argparse.Namespace) -> tuple[str, dict[str, Any], bool]:
     """(DATASETS name, params, offline?) from --data / --embeddings / --shapes."""
     if args.embeddings:
-        d = Path(args.embeddings)
+        d = Path(args.embeddings).expanduser()
+        for name in ("image.npy", "text.npy"):
+            if not (d / name).is_file():
+                raise UsageError(
+                    f"--embeddings {str(d)!r}: no {name} there (expected image.npy and text.npy, "
+                    "rows aligned with the images and captions, and optionally text_image.npy)"
+                )
         params: dict[str, Any] = {
             "image_path": str(d / "image.npy"),
             "text_path": str(d / "text.npy"),
@@ -96,12 +118,14 @@ def dataset_spec(args: argparse.Namespace) -> tuple[str, dict[str, Any], bool]:
         )
         return "shapes", {"root": str(root), "n_images": args.shapes, "seed": args.seed}, True
     if args.data:
+        if not Path(args.data).expanduser().is_dir():
+            raise UsageError(f"--data {args.data!r} is not a folder")
         return "flickr30k", {"root": args.data}, False
     return "flickr30k", {"source": "hub"}, False
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Run the study and print the table."""
+def build_parser() -> argparse.ArgumentParser:
+    """The command line (see the module docstring)."""
     ap = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
@@ -153,16 +177,110 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--quick", action="store_true", help="small N grid for a fast run")
     ap.add_argument("--out", default="benchmarks/results/flickr", help="output folder")
     ap.add_argument("--cache-dir", default=".cache/embeddings")
+    ap.add_argument(
+        "--skip-existing",
+        action="store_true",
+        help="reuse a clean stored result of the same cell in --out (degraded or failed: run again)",
+    )
+    ap.add_argument(
+        "--allow-failures",
+        action="store_true",
+        help="exit 0 even when a cell is degraded (failed queries)",
+    )
     ap.add_argument("--no-progress", action="store_true")
+    ap.add_argument("--traceback", action="store_true", help="show the traceback of an error")
+    return ap
+
+
+def _unique(values: list[Any]) -> list[Any]:
+    """``values`` without repeats, in their first order."""
+    return list(dict.fromkeys(values))
+
+
+def _check_args(args: argparse.Namespace) -> None:
+    """Every argument that can be checked before any work (raises :class:`UsageError`)."""
+    from imsearch_align.framework.registry import METHODS, UnknownNameError
+
+    for flag, values in (("--n", args.n or []), ("--k", args.k)):
+        bad = [v for v in values if v < 1]
+        if bad:
+            raise UsageError(f"{flag} must be positive integers, got {bad[0]}")
+    if args.shapes is not None and args.shapes < 1:
+        raise UsageError(f"--shapes must be a positive number of images, got {args.shapes}")
+    for store in args.stores:
+        store_spec(store, Path(args.out), args.uri)
+    for method in args.methods:
+        try:
+            METHODS.get(method)
+        except UnknownNameError as exc:
+            raise UsageError(f"--methods: {exc}") from None
+    out = Path(args.out)
+    if out.exists() and not out.is_dir():
+        raise UsageError(f"--out {args.out!r} is a file, not a folder")
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the study and print the table; the exit status is in the module docstring."""
+    ap = build_parser()
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    from imsearch_align.experiment import ConfigError
 
+    args.k = sorted(_unique(args.k))
+    args.n = _unique(args.n) if args.n else None
+    args.stores, args.methods = _unique(args.stores), _unique(args.methods)
+    try:
+        _check_args(args)
+        dataset, dparams, offline = dataset_spec(args)
+        base = _base_config(args, dataset, dparams, offline or args.offline)
+    except (UsageError, ConfigError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     out = Path(args.out)
+    study = Study()  # datasets and embeddings loaded once for every cell
+    try:
+        dims = _dims(base, study)
+    except Exception as exc:
+        if args.traceback:
+            raise
+        print(
+            f"error: cannot load the data: {type(exc).__name__}: {exc}\n"
+            "(run with --traceback for details)",
+            file=sys.stderr,
+        )
+        return 1
     out.mkdir(parents=True, exist_ok=True)
-    dataset, dparams, offline = dataset_spec(args)
-    offline = offline or args.offline
+    n_values = args.n or (QUICK_N if args.quick else FULL_N)
+    cells = _cells(args, base, out, n_values, dims)
+    progress = not args.no_progress
+    results: list[tuple[str, ExperimentResult]] = []
+    t0 = time.perf_counter()
+    try:
+        for store, cfg in cells:
+            results.append((store, _run(cfg, out, store, progress, study, args.skip_existing)))
+    except KeyboardInterrupt:
+        print(
+            f"\ninterrupted after {len(results)} of {len(cells)} cells; finished cells are "
+            "below and in --out (run the same command with --skip-existing to go on)",
+            file=sys.stderr,
+        )
+        _finish(results, args.k, out, t0)
+        return 130
+    _finish(results, args.k, out, t0)
+    states = {r.status.state for _, r in results}
+    if "failed" in states:
+        return 1
+    if "degraded" in states and not args.allow_failures:
+        return 3
+    return 0
+
+
+def _base_config(
+    args: argparse.Namespace, dataset: str, dparams: dict[str, Any], offline: bool
+) -> ExperimentConfig:
+    """What every cell shares: data, encoders, cut-offs, seed."""
     if args.embeddings:
-        ienc, tenc = (None, {}), (None, {})
+        ienc, tenc = [None, {}], [None, {}]
     else:
         ienc = list(OFFLINE_IMAGE_ENCODER if offline else DEFAULT_IMAGE_ENCODER)
         tenc = list(OFFLINE_TEXT_ENCODER if offline else DEFAULT_TEXT_ENCODER)
@@ -174,10 +292,7 @@ def main(argv: list[str] | None = None) -> int:
             tenc = [args.text_encoder, {}]
         if args.text_model:
             tenc[1] = {"model": args.text_model}
-    n_values = args.n or (QUICK_N if args.quick else FULL_N)
-    progress = not args.no_progress
-
-    base = ExperimentConfig(
+    return ExperimentConfig(
         dataset=dataset,
         dataset_params=dparams,
         image_encoder=ienc[0],
@@ -189,10 +304,17 @@ def main(argv: list[str] | None = None) -> int:
         cache_dir=args.cache_dir,
         name="flickr",
     )
-    study = Study()  # datasets and embeddings loaded once for every cell
-    dims = _dims(base, study)
-    results: list[tuple[str, ExperimentResult]] = []
-    t0 = time.perf_counter()
+
+
+def _cells(
+    args: argparse.Namespace,
+    base: ExperimentConfig,
+    out: Path,
+    n_values: Any,
+    dims: tuple[int, int],
+) -> list[tuple[str, ExperimentConfig]]:
+    """(store label, config) of every cell, in run order: store x method x N, then CLIP."""
+    cells = []
     for store in args.stores:
         sname, sparams = store_spec(store, out, args.uri)
         for method in args.methods:
@@ -204,7 +326,7 @@ def main(argv: list[str] | None = None) -> int:
                     store_params=sparams,
                     n_support=n,
                 )
-                results.append((store, _run(cfg, out, store, progress, study)))
+                cells.append((store, cfg))
         if args.clip:
             cfg = base.replace(
                 image_encoder="clip",
@@ -217,10 +339,19 @@ def main(argv: list[str] | None = None) -> int:
                 store_params=sparams,
                 n_support=None,
             )
-            results.append((store, _run(cfg, out, store, progress, study)))
+            cells.append((store, cfg))
+    return cells
+
+
+def _finish(
+    results: list[tuple[str, ExperimentResult]], ks: list[int], out: Path, t0: float
+) -> None:
+    """The table, the count and the reports of the cells that ran."""
+    if not results:
+        return
     ok = [(s, r) for s, r in results if r.status.state != "failed"]
     print()
-    print(format_table(results, args.k))
+    print(format_table(results, ks))
     bad = [r for _, r in results if not r.status.ok]
     print(
         f"\n{len(results) - len(bad)}/{len(results)} experiments ok in "
@@ -228,7 +359,6 @@ def main(argv: list[str] | None = None) -> int:
     )
     if ok:
         _write_reports(ok, out)
-    return 0 if not bad else 1
 
 
 def _write_reports(ok: list[tuple[str, ExperimentResult]], out: Path) -> None:
@@ -271,7 +401,12 @@ def _dims(base: ExperimentConfig, study: Study) -> tuple[int, int]:
 
 
 def _run(
-    cfg: ExperimentConfig, out: Path, store_label: str, progress: bool, study: Study
+    cfg: ExperimentConfig,
+    out: Path,
+    store_label: str,
+    progress: bool,
+    study: Study,
+    skip_existing: bool = False,
 ) -> ExperimentResult:
     label = f"{cfg.method:<10} {store_label:<11} N={cfg.n_support if cfg.n_support else 'all'}"
     print(f"running {label}", file=sys.stderr, flush=True)
@@ -280,6 +415,7 @@ def _run(
             cfg,
             output_dir=out,
             output_template="{dataset}_{method}_{store}_{n}_{key}.json",
+            skip_existing=skip_existing,
             progress=progress,
             study=study,
         )
