@@ -19,7 +19,12 @@ Collections have an ``INT64`` primary key ``id`` (the caller's ids), a
 vector field ``vector`` (``FLOAT_VECTOR`` or ``SPARSE_FLOAT_VECTOR`` with
 ``SPARSE_INVERTED_INDEX``), metric ``IP``, and a dynamic field, so scalar
 metadata columns given at insert can be filtered on at search. Consistency
-is ``Strong`` by default, so what was inserted is what is searched.
+is ``Strong`` by default, so what was inserted is what is searched. A
+``FLAT`` index is exact, so the store (without a filter) chooses the
+documents tied at the k-th score by ascending id, as ExactStore does: it asks
+for ``k + 8`` hits and again, wider, for rows still tied at the end
+(:func:`~imsearch_align.adapters.base.search_closing_ties`); other indexes
+return the server's choice among tied documents.
 
 **Ownership** (servers are shared between runs): every collection a store
 creates carries the property ``imsearch_align.owner`` = the store's
@@ -82,6 +87,7 @@ from imsearch_align.adapters.base import (
     CollectionNotFoundError,
     CollectionOwnedError,
     finalize_rows,
+    search_closing_ties,
 )
 from imsearch_align.framework.interfaces import SearchResult, StoreUnavailableError
 from imsearch_align.framework.registry import STORES
@@ -1034,34 +1040,49 @@ class MilvusStore(BaseStore):
         name = info.name
         nq = int(q.shape[0])
         params: dict[str, Any] = {"metric_type": "IP", "params": dict(self.search_params)}
-        ids = np.full((nq, k), -1, dtype=np.int64)
-        scores = np.full((nq, k), -np.inf, dtype=np.float32)
         if info.sparse:
             nnz = np.diff(q.indptr)
             row_bytes = 8 * nnz.astype(np.int64) + 16
             # Milvus rejects an empty sparse query; it matches nothing anyway.
-            todo = np.flatnonzero(nnz > 0)
+            asked = nnz > 0
         else:
             row_bytes = np.full(nq, 4 * q.shape[1] + 16, dtype=np.int64)
-            todo = np.arange(nq)
+            asked = np.ones(nq, dtype=bool)
         kwargs: dict[str, Any] = {
-            "limit": k,
             "output_fields": [_ID_FIELD],
             "search_params": params,
             "anns_field": _VEC_FIELD,
             "filter": filter,
             "consistency_level": self.consistency_level,
         }
-        for lo, hi in _byte_batches(row_bytes[todo], self.request_bytes, max_rows=MAX_NQ):
-            rows = todo[lo:hi]
-            data = _sparse_rows(q[rows], 0, len(rows)) if info.sparse else list(q[rows])
-            res = self._call("search", name, "search", name, data=data, **kwargs)
-            for r, hits in zip(rows, res):
-                h_ids = hits.ids
-                if h_ids:
-                    cnt = len(h_ids)
-                    ids[r, :cnt] = h_ids
-                    scores[r, :cnt] = hits.distances
+
+        def fetch(rows: np.ndarray, limit: int) -> tuple[np.ndarray, np.ndarray]:
+            """Hits of query rows ``rows``, ``limit`` per row, in requests under the limits."""
+            ids = np.full((len(rows), limit), -1, dtype=np.int64)
+            scores = np.full((len(rows), limit), -np.inf, dtype=np.float32)
+            todo = np.flatnonzero(asked[rows])
+            for lo, hi in _byte_batches(row_bytes[rows[todo]], self.request_bytes, max_rows=MAX_NQ):
+                sel = todo[lo:hi]
+                qs = q[rows[sel]]
+                data = _sparse_rows(qs, 0, len(sel)) if info.sparse else list(qs)
+                res = self._call("search", name, "search", name, data=data, limit=limit, **kwargs)
+                for r, hits in zip(sel, res):
+                    h_ids = hits.ids
+                    if h_ids:
+                        cnt = len(h_ids)
+                        ids[r, :cnt] = h_ids
+                        scores[r, :cnt] = hits.distances
+            return ids, scores
+
+        everyone = np.arange(nq, dtype=np.int64)
+        if self.index == "FLAT" and not filter:
+            # exact: the documents tied at the k-th score are chosen by id, not by the server
+            if info.state.count is None:
+                self._count(info)
+            count = max(1, int(info.state.count))
+            ids, scores = search_closing_ties(fetch, nq, count, min(k, count), max_limit=self.max_k)
+        else:
+            ids, scores = fetch(everyone, k)
         if info.sparse:
             # The package rule: a document with a zero inner product is no hit
             # (explicit zero weights can make a shared term score 0).

@@ -44,7 +44,12 @@ from typing import Any
 
 import numpy as np
 
-from imsearch_align.adapters.base import BaseStore, CollectionInfo, finalize_rows
+from imsearch_align.adapters.base import (
+    BaseStore,
+    CollectionInfo,
+    finalize_rows,
+    search_closing_ties,
+)
 from imsearch_align.framework.interfaces import SearchResult, StoreUnavailableError
 from imsearch_align.framework.registry import STORES
 from imsearch_align.framework.validation import check_int
@@ -56,8 +61,6 @@ log = logging.getLogger(__name__)
 _DENSE = "dense"
 _SPARSE = "sparse"
 _META = "imsearch_align"
-#: Extra hits asked for beyond k, so that ties at the k-th score can be resolved.
-_TIE_MARGIN = 8
 
 
 def _import_qdrant() -> Any:
@@ -320,29 +323,18 @@ class QdrantStore(BaseStore):
 
     def _search(self, info: CollectionInfo, queries: Any, k: int) -> SearchResult:
         nq, n = queries.shape[0], info.count
-        want = min(k, n)
-        limit = min(n, k + _TIE_MARGIN)
-        hits: list[list[tuple[int, float]]] = [[] for _ in range(nq)]
-        todo = np.arange(nq)
-        while todo.size:
-            got = self._query(info, queries, todo, limit)
-            again = []
-            for r, h in zip(todo, got):
-                hits[r] = h
-                # tied at the k-th score up to the end of what came back: ask wider
-                if limit < n and len(h) == limit and len(h) > want:
-                    kth = np.float32(h[want - 1][1])
-                    if np.float32(h[-1][1]) == kth:
-                        again.append(r)
-            todo = np.asarray(again, dtype=np.int64)
-            limit = min(n, limit * 2)
-        width = max((len(h) for h in hits), default=0)
-        ids = np.full((nq, max(width, 1)), -1, dtype=np.int64)
-        scores = np.full((nq, max(width, 1)), -np.inf, dtype=np.float32)
-        for r, h in enumerate(hits):
-            if h:
-                ids[r, : len(h)] = [i for i, _ in h]
-                scores[r, : len(h)] = [s for _, s in h]
+
+        def fetch(rows: np.ndarray, limit: int) -> tuple[np.ndarray, np.ndarray]:
+            ids = np.full((len(rows), limit), -1, dtype=np.int64)
+            scores = np.full((len(rows), limit), -np.inf, dtype=np.float32)
+            for r, h in enumerate(self._query(info, queries, rows, limit)):
+                if h:
+                    ids[r, : len(h)] = [i for i, _ in h]
+                    scores[r, : len(h)] = [s for _, s in h]
+            return ids, scores
+
+        # an exact scan: the documents tied at the k-th score are chosen by id
+        ids, scores = search_closing_ties(fetch, nq, n, min(k, n))
         if info.sparse:
             # the sparse rule: documents sharing terms whose inner product is 0 are no hits
             ids[scores == 0] = -1

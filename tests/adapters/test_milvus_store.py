@@ -201,6 +201,30 @@ def test_ties_broken_by_ascending_id(dense: Any) -> None:
 
 
 @integration
+@pytest.mark.parametrize("k", [1, 5, 17])
+def test_flat_chooses_docs_tied_at_the_kth_score_by_id(env: Env, k: int) -> None:
+    """Integer vectors tie exactly, in groups larger than k + 8: the server alone
+    keeps its own choice among the docs tied at the cut-off; the store asks
+    again, wider, and chooses them by ascending id, as ExactStore does."""
+    rng = np.random.default_rng(3)
+    v = rng.integers(-1, 2, (300, 6)).astype(np.float32)  # few distinct scores: big groups
+    ids = np.arange(3000, 0, -10).astype(np.int64)
+    q = rng.integers(-1, 2, (40, 6)).astype(np.float32)
+    name = f"ties_k{k}"
+    env.store.create_collection(name, 6)
+    try:
+        env.store.insert(name, v[:100], ids[:100])
+        env.store.insert(name, v[100:], ids[100:])
+        got = env.store.search(name, q, k)
+    finally:
+        env.store.drop_collection(name)
+    s = (q @ v.T).astype(np.float32)  # the oracle: score descending, then id ascending
+    order = np.lexsort((np.broadcast_to(ids, s.shape), -s), axis=1)[:, :k]
+    np.testing.assert_array_equal(got.ids, ids[order])
+    np.testing.assert_allclose(got.scores, np.take_along_axis(s, order, axis=1), rtol=1e-6)
+
+
+@integration
 def test_filter_passes_through(dense: Any) -> None:
     env, X, ids, Q, cat = dense
     got = env.store.search("dense", Q, 5, filter="cat == 1")
@@ -511,11 +535,13 @@ def test_k_above_server_limit(dense: Any) -> None:
         env.store.search("dense", Q[:1], MAX_TOPK + 1)
     assert env.store.search("dense", Q[:1], MAX_TOPK).ids.shape == (1, MAX_TOPK)
     if env.kind == "milvus235":
-        # Told the limit is higher, the server itself refuses, clearly.
+        # Told the limit is higher, the server itself refuses, clearly. (A
+        # filter: an unfiltered FLAT search asks for at most the collection's
+        # count, which is below the limit here.)
         lax = MilvusStore(uri=env.uri, max_k=MAX_TOPK + 100, token=TOKEN)
         try:
             with pytest.raises(MilvusStoreError, match="topk"):
-                lax.search("dense", Q[:1], MAX_TOPK + 1)
+                lax.search("dense", Q[:1], MAX_TOPK + 1, filter="cat >= 0")
         finally:
             lax.close()
 
