@@ -314,6 +314,7 @@ def _one_ranking(
             count,
             rescore,
             window=rescorable and cfg.tie_tolerance is None,
+            group_tol=tol,
         )
     ta = tie_aware_evaluate(
         run,

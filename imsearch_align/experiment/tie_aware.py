@@ -158,6 +158,7 @@ def close_groups(
     rescore: Any = None,
     *,
     window: bool = False,
+    group_tol: float = EXACT_TIE_TOL,
 ) -> tuple[Run, int, int, float]:
     """Search an exact store deeper for the rows whose chain of links within
     ``tol`` at rank ``k`` is still open, ``EXTEND_FACTOR * (k + 1)`` deep
@@ -165,8 +166,8 @@ def close_groups(
     document of every query). The experiment passes ``max(error bound,
     tie tolerance)`` as ``tol`` (module docstring).
 
-    A probe of ``PROBE_ROWS`` open rows goes first; the other open rows are
-    searched only if most of the probe's groups closed. In a space whose
+    A probe of ``PROBE_ROWS`` open rows goes first; without ``window`` the
+    other open rows are searched only if most of the probe's groups closed. In a space whose
     scores differ below float32 resolution (local CKA's can), deeper searches
     close nothing and would cost a full search each: then no row is extended
     and every open row is scored as truncated (its run ends inside the group),
@@ -175,8 +176,13 @@ def close_groups(
     judged. With ``window=True`` a row is open while its last score is
     within ``tol`` of its k-th (:func:`open_windows`), not while a chain of
     links reaches the end: the test for a run ordered by true scores, whose
-    ties are equal scores only (module docstring). The extended run is only as wide as the deepest group at rank
-    ``k`` needs (its closing score included), not the depth searched.
+    ties are equal scores only (module docstring). The extended run is only
+    as wide as the deepest group at rank ``k`` needs (its closing score
+    included), not the depth searched; with ``window`` those are the groups
+    within ``group_tol`` (the tie tolerance) of the rows re-sorted by their
+    float64 scores: the window decides how deep to search, the groups what
+    is kept (at N = 1,000 local CKA's 47,648 rows keep about k + 2 columns,
+    not 88).
     Returns the extended run, the rows searched again, the rows still open
     (scored as truncated) and the time taken. A row that holds every
     document gets a no-hit column, which closes its last group.
@@ -212,9 +218,12 @@ def close_groups(
     probe = np.unique(np.linspace(0, len(rows) - 1, min(PROBE_ROWS, len(rows))).astype(int))
     probe_ids, probe_sc, still_open = deeper(probe)
     rest = np.setdiff1d(local, probe)
-    if still_open > (1 - MIN_CLOSING_SHARE) * len(probe):
+    if not window and still_open > (1 - MIN_CLOSING_SHARE) * len(probe):
         # Deeper searches do not close these groups: none is extended (and no
         # (open rows x depth) arrays are built: 67 MiB for 47,675 open rows).
+        # With ``window`` every open row is extended all the same: the deeper
+        # documents in true order are nearer the true top k than the first
+        # k + 1 of the store's float32 order, even where the window stays open.
         return _closed_if_whole(run, count), len(probe), len(rows), time.perf_counter() - t0
 
     # Only the open rows are widened, each block of them only as far as its
@@ -223,7 +232,8 @@ def close_groups(
     # are freed before the next (all at once they held ~700 MiB for the 47,648
     # open rows of local CKA at N = 1,000).
     def trimmed(sel: np.ndarray, ids: np.ndarray, sc: np.ndarray) -> tuple:
-        w = _needed_width(ids, sc, run.query_ids[rows[sel]], k, tol, run.k, window)
+        gtol = group_tol if window else tol
+        w = _needed_width(ids, sc, run.query_ids[rows[sel]], k, gtol, run.k)
         return sel, ids[:, :w].copy(), sc[:, :w].copy()
 
     blocks = [trimmed(probe, probe_ids, probe_sc)]
@@ -275,17 +285,12 @@ def _needed_width(
     k: int,
     tol: float,
     base: int,
-    window: bool = False,
 ) -> int:
-    """Columns that show every extended row's tie group at rank ``k`` and the
-    score after it (the closing one), or all of them where a group is still
-    open. With ``window``: up to the first score more than ``tol`` below the k-th."""
-    from imsearch_align.framework.ties import _is_link, tie_groups
+    """Columns that show every extended row's tie group (links within ``tol``)
+    at rank ``k`` and the score after it (the closing one), or all of them
+    where a group is still open."""
+    from imsearch_align.framework.ties import tie_groups
 
-    if window:
-        inside = _is_link(scores[:, k - 1 : k], scores, tol) & (ids >= 0)
-        last = ids.shape[1] - 1 - np.argmax(inside[:, ::-1], axis=1)
-        return int(min(ids.shape[1], max(base, int(last.max()) + 2)))
     labels = tie_groups(Run.from_arrays(qids, ids, scores, assume_sorted=True), tol=tol)
     at_k = labels[:, k - 1 : k]
     last = ids.shape[1] - 1 - np.argmax((labels == at_k)[:, ::-1], axis=1)

@@ -187,6 +187,39 @@ def test_close_groups_widens_only_as_far_as_the_groups_need(probe_rows, block_ro
         np.testing.assert_allclose(a.values[m], b.values[m], rtol=0, atol=1e-12, err_msg=m)
 
 
+def test_window_search_keeps_only_the_true_groups_at_k():
+    """Scores crowded within the error bound (distinct in float64): every row is
+    searched deeper, rescored and re-sorted, yet the extended run keeps only
+    the k-th's group (one document) and the closing column, and its top k is
+    the float64 brute-force top k (the first k + 1 of the store's float32
+    order are not: the true order differs within float32 rounding)."""
+    from imsearch_align.experiment.tie_aware import EXACT_TIE_TOL, close_groups, open_windows
+
+    rng = np.random.default_rng(11)
+    d, k, n = 16, 5, 400
+    b = rng.standard_normal(d)
+    b /= np.linalg.norm(b)
+    docs = (b + 2e-7 * rng.standard_normal((n, d))).astype(np.float32)
+    q = (b + 2e-7 * rng.standard_normal((30, d))).astype(np.float32)
+    ids, qids = np.arange(n) * 7 + 3, np.arange(30)
+    store = _exact_store(docs, ids)
+    e = default_tolerance(d)
+    r = store.search("c", q, k + 1)
+    rescore = Rescorer(docs, ids, q, qids, EXACT_TIE_TOL)
+    run = rescore(Run.from_arrays(qids, r.ids, r.scores))
+    assert open_windows(run, k, e).all()
+    ext, searched, still_open, _ = close_groups(
+        store, "c", run, q, qids, k, e, n, rescore, window=True, group_tol=EXACT_TIE_TOL
+    )
+    # searched 48 deep (every document is within the window: all rows stay
+    # open, scored on what came back in true order), kept k + 1 columns
+    assert searched == 30 and still_open == 30 and ext.k == run.k
+    true = q.astype(np.float64) @ docs.astype(np.float64).T
+    want = ids[np.argsort(-true, axis=1, kind="stable")[:, :k]]
+    np.testing.assert_array_equal(ext.doc_ids[:, :k], want)
+    np.testing.assert_allclose(ext.scores[:, :k], np.sort(true, axis=1)[:, ::-1][:, :k], rtol=1e-13)
+
+
 def test_groups_deeper_search_cannot_close_are_all_scored_truncated():
     """Every document scores the same: no depth closes a group, so no row is
     extended and every open row is flagged truncated."""
