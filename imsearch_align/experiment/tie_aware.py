@@ -49,6 +49,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from imsearch_align.framework._heap import release_freed_memory
 from imsearch_align.framework.interfaces import ExactSearch
 from imsearch_align.framework.metrics import Run
 from imsearch_align.framework.validation import is_sparse
@@ -143,7 +144,7 @@ PROBE_ROWS = 256
 #: Share of the probe's groups that must close for the other open rows to be searched.
 MIN_CLOSING_SHARE = 0.5
 #: Cells (rows x depth) of one block of the deeper search.
-DEEPER_BLOCK_CELLS = 1 << 19
+DEEPER_BLOCK_CELLS = 1 << 17
 
 
 def close_groups(
@@ -253,6 +254,7 @@ def close_groups(
         ids[rows[blk], : blk_ids.shape[1]] = blk_ids
         scores[rows[blk], : blk_ids.shape[1]] = blk_sc
     del blocks
+    release_freed_memory()  # the blocks' searches, rescoring and sorts
     extended = _closed_if_whole(
         Run.from_arrays(run.query_ids, ids, scores, assume_sorted=True, copy=False), count
     )
