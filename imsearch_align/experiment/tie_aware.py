@@ -182,8 +182,7 @@ def close_groups(
     included), not the depth searched; with ``window`` those are the groups
     within ``group_tol`` (the tie tolerance) of the rows re-sorted by their
     float64 scores: the window decides how deep to search, the groups what
-    is kept (at N = 1,000 local CKA's 47,648 rows keep about k + 2 columns,
-    not 88).
+    is kept.
     Returns the extended run, the rows searched again, the rows still open
     (scored as truncated) and the time taken. A row that holds every
     document gets a no-hit column, which closes its last group.
@@ -227,11 +226,9 @@ def close_groups(
         # k + 1 of the store's float32 order, even where the window stays open.
         return _closed_if_whole(run, count), len(probe), len(rows), time.perf_counter() - t0
 
-    # Only the open rows are widened, each block of them only as far as its
-    # groups at rank ``k`` need (the others keep their k + 1 columns). Searched
-    # in row blocks: a block's search result, float64 rescoring and re-sort
-    # are freed before the next (all at once they held ~700 MiB for the 47,648
-    # open rows of local CKA at N = 1,000).
+    # Only the open rows are widened, as far as their groups at rank ``k`` need,
+    # in row blocks: a block's search result, rescoring and re-sort are freed
+    # before the next (all at once: ~700 MiB for local CKA's 47,648 rows).
     def trimmed(sel: np.ndarray, ids: np.ndarray, sc: np.ndarray) -> tuple:
         gtol = group_tol if window else tol
         w = _needed_width(ids, sc, run.query_ids[rows[sel]], k, gtol, run.k)
@@ -246,19 +243,24 @@ def close_groups(
         blocks.append(trimmed(blk, blk_ids, blk_sc))
         still_open += n_open
         del blk_ids, blk_sc
+    extended = _closed_if_whole(_with_blocks(run, rows, blocks), count)
+    return extended, len(rows), still_open, time.perf_counter() - t0
+
+
+def _with_blocks(run: Run, rows: np.ndarray, blocks: list) -> Run:
+    """``run`` with rows ``rows[sel]`` replaced by each block's ``(sel, ids,
+    scores)``, as wide as the widest block (a narrower row ends in no-hit
+    columns). Empties ``blocks`` as it goes."""
     width = max(b[1].shape[1] for b in blocks)
     ids = np.full((run.doc_ids.shape[0], width), -1, dtype=np.int64)
     scores = np.full(ids.shape, -np.inf)
     ids[:, : run.k], scores[:, : run.k] = run.doc_ids, run.scores
-    for blk, blk_ids, blk_sc in blocks:  # a narrower block's rows end in no-hit columns
+    while blocks:
+        blk, blk_ids, blk_sc = blocks.pop()
         ids[rows[blk], : blk_ids.shape[1]] = blk_ids
         scores[rows[blk], : blk_ids.shape[1]] = blk_sc
-    del blocks
     release_freed_memory()  # the blocks' searches, rescoring and sorts
-    extended = _closed_if_whole(
-        Run.from_arrays(run.query_ids, ids, scores, assume_sorted=True, copy=False), count
-    )
-    return extended, len(rows), still_open, time.perf_counter() - t0
+    return Run.from_arrays(run.query_ids, ids, scores, assume_sorted=True, copy=False)
 
 
 def open_windows(run: Run, k: int, tol: float) -> np.ndarray:
