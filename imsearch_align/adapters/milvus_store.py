@@ -1076,11 +1076,11 @@ class MilvusStore(BaseStore):
 
         everyone = np.arange(nq, dtype=np.int64)
         if self.index == "FLAT" and not filter:
-            # exact: the documents tied at the k-th score are chosen by id, not by the server
-            if info.state.count is None:
-                self._count(info)
-            count = max(1, int(info.state.count))
-            ids, scores = search_closing_ties(fetch, nq, count, min(k, count), max_limit=self.max_k)
+            # exact: the documents tied at the k-th score are chosen by id, not by
+            # the server. Bounded by the server's top-k limit, not by this store's
+            # count, which another client's inserts can leave behind: a row that
+            # ends in no-hits ends the widening.
+            ids, scores = search_closing_ties(fetch, nq, self.max_k, k)
         else:
             ids, scores = fetch(everyone, k)
         if info.sparse:
