@@ -199,7 +199,7 @@ def _unique(values: list[Any]) -> list[Any]:
 
 def _check_args(args: argparse.Namespace) -> None:
     """Every argument that can be checked before any work (raises :class:`UsageError`)."""
-    from imsearch_align.framework.registry import METHODS, UnknownNameError
+    from imsearch_align.framework.registry import ENCODERS, METHODS, UnknownNameError
 
     for flag, values in (("--n", args.n or []), ("--k", args.k)):
         bad = [v for v in values if v < 1]
@@ -209,11 +209,19 @@ def _check_args(args: argparse.Namespace) -> None:
         raise UsageError(f"--shapes must be a positive number of images, got {args.shapes}")
     for store in args.stores:
         store_spec(store, Path(args.out), args.uri)
-    for method in args.methods:
+    named = [("--methods", METHODS, m) for m in args.methods]
+    named += [(f, ENCODERS, v) for f, v in (("--image-encoder", args.image_encoder),
+                                            ("--text-encoder", args.text_encoder)) if v]  # fmt: skip
+    for flag, registry, name in named:
         try:
-            METHODS.get(method)
+            registry.get(name)
         except UnknownNameError as exc:
-            raise UsageError(f"--methods: {exc}") from None
+            raise UsageError(f"{flag}: {exc}") from None
+    if args.clip and args.embeddings:
+        raise UsageError(
+            "--clip encodes the images and captions with CLIP, --embeddings gives no images or "
+            "captions to encode; run the CLIP baseline with --data or --shapes"
+        )
     out = Path(args.out)
     if out.exists() and not out.is_dir():
         raise UsageError(f"--out {args.out!r} is a file, not a folder")

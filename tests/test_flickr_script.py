@@ -51,6 +51,8 @@ def _argv(emb: Path, out: Path, *extra: str) -> list[str]:
         (["--stores", "faiss", "milvus"], r"--stores milvus needs --uri"),
         (["--n", "20", "0"], r"--n must be positive integers, got 0"),
         (["--k", "1", "-5"], r"--k must be positive integers, got -5"),
+        (["--text-encoder", "nope"], r"--text-encoder: unknown encoder 'nope'"),
+        (["--clip", "openai/clip-vit-base-patch32"], r"--clip encodes the images .* --embeddings"),
         (
             ["--methods", "csa", "procrustez"],
             r"--methods: unknown method 'procrustez'.*Did you mean 'procrustes'",

@@ -53,9 +53,10 @@ def _from_pickled(obj: Any, path: Path) -> tuple[np.ndarray | None, np.ndarray]:
     return None, np.asarray(obj)
 
 
-def _read_npy(p: Path) -> np.ndarray:
-    """A ``.npy`` file's array; an object array (a pickle) and a damaged file
-    (bad header, truncated data) are refused, each with its own reason."""
+def _read_npy(p: Path, allow_pickle: bool = False) -> np.ndarray:
+    """A ``.npy`` file's array; an object array (a pickle: loaded only with
+    ``allow_pickle``) and a damaged file (bad header, truncated data) are
+    refused, each with its own reason."""
     try:
         with p.open("rb") as fh:
             fmt = np.lib.format
@@ -64,10 +65,10 @@ def _read_npy(p: Path) -> np.ndarray:
             _, _, dtype = read(fh)
     except (ValueError, OSError, EOFError) as exc:
         raise ValueError(f"{str(p)!r} is not a readable .npy file (bad header): {exc}") from exc
-    if dtype.hasobject:
+    if dtype.hasobject and not allow_pickle:
         raise ValueError(f"{str(p)!r} holds Python objects, not a numeric array: {_PICKLE_WHY}")
     try:
-        return np.load(p, allow_pickle=False)
+        return np.load(p, allow_pickle=dtype.hasobject)
     except (ValueError, OSError, EOFError) as exc:
         raise ValueError(
             f"{str(p)!r} could not be read as a .npy array (a truncated or damaged copy?): {exc}"
@@ -86,7 +87,10 @@ def read_embeddings(
         )
     suf = p.suffix.lower()
     if suf == ".npy":
-        return None, _read_npy(p)
+        arr = _read_npy(p, allow_pickle)
+        if arr.dtype.hasobject:  # a pickle in a .npy, allowed: read as a .pkl is
+            return _from_pickled(arr.item() if arr.ndim == 0 else arr, p)
+        return None, arr
     if suf == ".parquet":
         import pandas as pd
 

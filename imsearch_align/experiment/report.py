@@ -270,7 +270,7 @@ def _tie_lines(result: Any, names: Sequence[str], measure: str) -> list[str]:
         head += "; groups closed"
     if not any(r.n_tie_dependent for r in (result.rankings[n] for n in names)):
         parts.append("no query depends on tie order")
-    return [head + "; " + "; ".join(parts)]
+    return ["; ".join([head, *parts])]
 
 
 def summary(result: Any) -> str:

@@ -197,7 +197,8 @@ def close_groups(
     rows = np.flatnonzero(is_open(run))
     depth = min(count, EXTEND_FACTOR * (k + 1))
     if not len(rows) or depth <= run.k:
-        return _closed_if_whole(run, count), 0, len(rows) if depth <= run.k else 0, 0.0
+        # no deeper search: open unless the rows already hold every document
+        return _closed_if_whole(run, count), 0, len(rows) if run.k < count else 0, 0.0
     pos = pd.Index(np.asarray(query_ids)).get_indexer(np.asarray(run.query_ids)[rows])
 
     def deeper(sel: np.ndarray) -> tuple[np.ndarray, np.ndarray, int]:

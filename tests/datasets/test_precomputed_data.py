@@ -71,6 +71,13 @@ def test_pickle_needs_explicit_opt_in(tmp_path: Path) -> None:
     np.save(tmp_path / "o.npy", np.array([{"a": 1}], dtype=object), allow_pickle=True)
     with pytest.raises(ValueError, match="runs arbitrary code"):
         read_embeddings(tmp_path / "o.npy")
+    # ... and read when allowed, as the message says (a dict saved with np.save)
+    np.save(
+        tmp_path / "d.npy", np.array({"embeddings": Y, "ids": np.arange(12) + 5}), allow_pickle=True
+    )
+    ids, vec = read_embeddings(tmp_path / "d.npy", allow_pickle=True)
+    np.testing.assert_array_equal(vec, Y)
+    np.testing.assert_array_equal(ids, np.arange(12) + 5)
 
 
 def test_bad_files(tmp_path: Path) -> None:

@@ -220,6 +220,26 @@ def test_window_search_keeps_only_the_true_groups_at_k():
     np.testing.assert_allclose(ext.scores[:, :k], np.sort(true, axis=1)[:, ::-1][:, :k], rtol=1e-13)
 
 
+def test_rows_holding_every_document_are_closed_not_open():
+    """count = k + 1: the first search returns every document; a group running
+    to the end is closed by the no-hit column, and no row is counted open."""
+    from imsearch_align.experiment.tie_aware import EXACT_TIE_TOL, close_groups, error_bound
+
+    k, n, d = 3, 4, 8
+    docs = np.tile(np.eye(d, dtype=np.float32)[:1], (n, 1))
+    q = docs[:2].copy()
+    ids, qids = np.arange(n), np.arange(2)
+    store = _exact_store(docs, ids)
+    r = store.search("c", q, k + 1)
+    rescore = Rescorer(docs, ids, q, qids, EXACT_TIE_TOL)
+    run = rescore(Run.from_arrays(qids, r.ids, r.scores))
+    ext, searched, still_open, _ = close_groups(
+        store, "c", run, q, qids, k, error_bound(q), n, rescore, window=True
+    )
+    assert (searched, still_open) == (0, 0)
+    assert ext.k == n + 1 and (ext.doc_ids[:, -1] == -1).all()
+
+
 def test_groups_deeper_search_cannot_close_are_all_scored_truncated():
     """Every document scores the same: no depth closes a group, so no row is
     extended and every open row is flagged truncated."""
