@@ -248,9 +248,10 @@ def _tie_lines(result: Any, names: Sequence[str], measure: str) -> list[str]:
         if groups and groups != "closed":
             parts.append(f"{n}: groups {groups}")
             any_open = True
-        if r.n_tie_dependent:
+        dep = int(t.get("n_tie_dependent", 0))  # of the headline measure, not the most of any
+        if dep:
             parts.append(
-                f"{n}: {r.n_tie_dependent} queries depend on tie order, {measure} "
+                f"{n}: {dep} queries depend on tie order, {measure} "
                 f"{fmt(r.metrics.get(measure))} in [{fmt(t['low'])}, {fmt(t['high'])}] "
                 f"(tie rule {fmt(r.tie_rule.get(measure))})"
             )
@@ -268,8 +269,8 @@ def _tie_lines(result: Any, names: Sequence[str], measure: str) -> list[str]:
     head += "): values are expected over tie orders"
     if not any_open:
         head += "; groups closed"
-    if not any(r.n_tie_dependent for r in (result.rankings[n] for n in names)):
-        parts.append("no query depends on tie order")
+    if not any("depend on tie order" in p for p in parts):
+        parts.append(f"no query's {measure} depends on tie order")
     return ["; ".join([head, *parts])]
 
 

@@ -131,6 +131,9 @@ def test_the_leaderboard_and_console_show_the_bounds(results, tmp_path):
     text = results["exact"].summary()
     assert "queries depend on tie order" in text and "groups closed" in text
     assert "x max(1, |score|)" in text and "relative" not in text
+    for name, r in results["exact"].rankings.items():  # the headline measure's own count
+        dep = r.ties["measures"]["HitRate@1"]["n_tie_dependent"]
+        assert (f"{name}: {dep} queries depend on tie order, HitRate@1" in text) == (dep > 0)
 
 
 def test_the_console_names_every_ranking_whose_groups_stay_open(results):
