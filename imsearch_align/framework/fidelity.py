@@ -257,8 +257,9 @@ class _Truth:
             def part(lo: int, hi: int) -> np.ndarray:
                 return dense_pair_dots(q, x, qrows[lo:hi], pos[lo:hi])
 
-        # The kernels release the GIL: large requests run on two threads.
-        chunks = _map_row_chunks(part, len(qrows), pos.size * max(1, self.eff_dim) // 64)
+        # The kernels release the GIL: a request of about 4M multiply-adds (a
+        # few ms) or more runs on two threads (one threshold cell per 4).
+        chunks = _map_row_chunks(part, len(qrows), pos.size * max(1, self.eff_dim) // 4)
         return chunks[0] if len(chunks) == 1 else np.concatenate(chunks)
 
     def doc_against_all_queries(self, row: int) -> np.ndarray:
