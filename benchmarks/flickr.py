@@ -16,7 +16,9 @@ cell, a CSV + Markdown leaderboard and the learning-curve PNG into ``--out``.
 Every argument is checked before any work (unknown method or store, ``--stores
 milvus`` without ``--uri``, a support size or cut-off below 1, a missing
 ``--embeddings`` file): one ``error:`` line, exit 2, nothing written. A cell
-that fails is reported in the table and the others go on. ``--skip-existing``
+that fails is reported in the table and the others go on; a store found
+unreachable (its server down) is not tried again: its other cells are listed
+as not run. ``--skip-existing``
 reuses a clean stored result of the same cell (a re-run after Ctrl-C goes on
 where it stopped).
 
@@ -46,6 +48,7 @@ from imsearch_align.experiment import (
     shared_encoder,
 )
 from imsearch_align.experiment.report import HEADLINE_LEGEND, text_table
+from imsearch_align.framework.interfaces import StoreUnavailableError
 
 DEFAULT_IMAGE_ENCODER = ("hf-image", {"model": "facebook/dinov2-base"})
 DEFAULT_TEXT_ENCODER = (
@@ -262,10 +265,24 @@ def main(argv: list[str] | None = None) -> int:
     cells = _cells(args, base, out, n_values, dims)
     progress = not args.no_progress
     results: list[tuple[str, ExperimentResult]] = []
+    down: dict[str, str] = {}  # store -> the error that showed it unreachable
     t0 = time.perf_counter()
     try:
         for store, cfg in cells:
-            results.append((store, _run(cfg, out, store, progress, study, args.skip_existing)))
+            if store in down:  # its server stopped answering: the rest of its cells wait
+                results.append((store, _not_run(cfg, store, down[store])))
+                continue
+            res, cause = _run(cfg, out, store, progress, study, args.skip_existing)
+            results.append((store, res))
+            if isinstance(cause, StoreUnavailableError):
+                down[store] = res.status.error or ""
+                left = sum(1 for s, _ in cells[len(results) :] if s == store)
+                if left:
+                    print(
+                        f"  {store} is unreachable: its {left} remaining cells are not run "
+                        "(start the server and run the same command with --skip-existing)",
+                        file=sys.stderr,
+                    )
     except KeyboardInterrupt:
         print(
             f"\ninterrupted after {len(results)} of {len(cells)} cells; finished cells are "
@@ -415,7 +432,8 @@ def _run(
     progress: bool,
     study: Study,
     skip_existing: bool = False,
-) -> ExperimentResult:
+) -> tuple[ExperimentResult, BaseException | None]:
+    """One cell: its result, and the exception it failed with (None if it did not)."""
     label = f"{cfg.method:<10} {store_label:<11} N={cfg.n_support if cfg.n_support else 'all'}"
     print(f"running {label}", file=sys.stderr, flush=True)
     try:
@@ -429,15 +447,24 @@ def _run(
         )
     except ExperimentError as exc:  # one failed cell is reported, the others go on
         print(f"  failed: {exc.result.status.error}", file=sys.stderr)
-        return exc.result
+        return exc.result, exc.__cause__ or exc
     except Exception as exc:
         print(f"  failed: {type(exc).__name__}: {exc}", file=sys.stderr)
-        return ExperimentResult(
-            config=cfg, status=RunStatus("failed", error=f"{type(exc).__name__}: {exc}")
-        )
+        status = RunStatus("failed", error=f"{type(exc).__name__}: {exc}")
+        return ExperimentResult(config=cfg, status=status), exc
     if not res.status.ok:
         print(f"  {res.status}", file=sys.stderr)
-    return res
+    return res, None
+
+
+def _not_run(cfg: ExperimentConfig, store: str, error: str) -> ExperimentResult:
+    """The failed result of a cell not run because its store was found unreachable."""
+    return ExperimentResult(
+        config=cfg,
+        status=RunStatus(
+            "failed", error=f"not run: {store} unreachable in an earlier cell ({error})"
+        ),
+    )
 
 
 def _short(text: str, width: int = 60) -> str:
@@ -459,9 +486,9 @@ def format_table(results: list[tuple[str, ExperimentResult]], ks: list[int]) -> 
     rows = []
     for store, r in results:
         c = r.config
-        if r.dataset is not None:
+        if r.dataset is not None and r.dataset.n_support_pairs:
             n = str(r.dataset.n_support_pairs)
-        else:
+        else:  # failed before the pairs were drawn: the N asked for
             n = "all" if c.n_support is None else str(c.n_support)
         m = r.metrics
         t2i = r.rankings.get("t2i")

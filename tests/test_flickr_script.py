@@ -156,3 +156,36 @@ def test_a_degraded_cell_exits_3_unless_failures_are_allowed(
     state["s"] = "failed"
     assert flickr.main([*argv, "--allow-failures"]) == 1
     capsys.readouterr()
+
+
+def test_an_unreachable_store_is_tried_once_and_the_other_stores_run(
+    flickr, emb, tmp_path, capsys, monkeypatch
+):
+    """A cell that fails with StoreUnavailableError marks its store down: the
+    store's other cells are listed as not run (not each waiting out its own
+    retries), the other stores' cells run, exit 1."""
+    from imsearch_align.experiment import ExperimentError, ExperimentResult, RunStatus
+    from imsearch_align.framework.interfaces import StoreUnavailableError
+
+    real = flickr.run_experiment
+    tried = []
+
+    def unreachable(cfg, **kw):
+        if cfg.store == "milvus":
+            tried.append(cfg.n_support)
+            res = ExperimentResult(config=cfg, status=RunStatus("failed", error="down"))
+            raise ExperimentError("run failed", res) from StoreUnavailableError("Milvus down")
+        return real(cfg, **kw)
+
+    monkeypatch.setattr(flickr, "run_experiment", unreachable)
+    argv = _argv(emb, tmp_path / "out", "--methods", "procrustes", "csa", "--n", "20", "40")
+    argv += ["--stores", "milvus", "exact", "--uri", "http://127.0.0.1:1"]
+    assert flickr.main(argv) == 1
+    cap = capsys.readouterr()
+    assert tried == [20]
+    assert "milvus is unreachable: its 3 remaining cells are not run" in cap.err
+    rows = [line.split() for line in cap.out.splitlines() if line.startswith(("csa", "procrustes"))]
+    milvus = [r for r in rows if r[1] == "milvus"]
+    assert len(milvus) == 4 and sum("not run" in " ".join(r) for r in milvus) == 3
+    assert [r[2] for r in milvus] == ["20", "40", "20", "40"]  # the N asked for
+    assert sum(r[-1] == "ok" for r in rows if r[1] == "exact") == 4
