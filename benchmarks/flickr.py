@@ -38,6 +38,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from imsearch_align.cli import exit_status
 from imsearch_align.experiment import (
     ExperimentConfig,
     ExperimentError,
@@ -292,12 +293,7 @@ def main(argv: list[str] | None = None) -> int:
         _finish(results, args.k, out, t0)
         return 130
     _finish(results, args.k, out, t0)
-    states = {r.status.state for _, r in results}
-    if "failed" in states:
-        return 1
-    if "degraded" in states and not args.allow_failures:
-        return 3
-    return 0
+    return exit_status([r for _, r in results], args.allow_failures)
 
 
 def _base_config(

@@ -35,7 +35,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-__all__ = ["build_parser", "main"]
+__all__ = ["build_parser", "exit_status", "main"]
 
 log = logging.getLogger("imsearch_align.cli")
 
@@ -538,8 +538,9 @@ def _warn(msg: str) -> None:
     print(f"warning: {msg}", file=sys.stderr)
 
 
-def _exit_status(results: Sequence[Any], allow_failures: bool) -> int:
-    """1 if a run failed, 3 if one is degraded (0 with --allow-failures), else 0."""
+def exit_status(results: Sequence[Any], allow_failures: bool) -> int:
+    """The exit status of runs: 1 if one failed, 3 if one is degraded (0 with
+    ``allow_failures``), else 0 (also used by ``benchmarks/flickr.py``)."""
     states = {r.status.state for r in results}
     if "failed" in states:
         return 1
@@ -582,7 +583,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
         print(
             f"result: {result.path}  ({time.perf_counter() - t:.1f}s, status {result.status.state})"
         )
-    code = _exit_status([result], args.allow_failures)
+    code = exit_status([result], args.allow_failures)
     if code == 3:
         print(f"error: the run is degraded ({'; '.join(result.status.reasons)}); the numbers above do not "
               "measure every query. Fix the cause and run again, or pass --allow-failures", file=sys.stderr)  # fmt: skip
@@ -649,7 +650,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         f"{len(results)} runs ({states.count('failed')} failed, {states.count('degraded')} degraded, "
         f"{sum(r.skipped for r in results)} skipped) in {time.perf_counter() - t:.1f}s; results in {out}/"
     )
-    return _exit_status(results, args.allow_failures)
+    return exit_status(results, args.allow_failures)
 
 
 def cmd_build(args: argparse.Namespace) -> int:

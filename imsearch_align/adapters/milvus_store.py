@@ -1074,7 +1074,6 @@ class MilvusStore(BaseStore):
                         scores[r, :cnt] = hits.distances
             return ids, scores
 
-        everyone = np.arange(nq, dtype=np.int64)
         if self.index == "FLAT" and not filter:
             # exact: the documents tied at the k-th score are chosen by id, not by
             # the server. Bounded by the server's top-k limit, not by this store's
@@ -1082,7 +1081,7 @@ class MilvusStore(BaseStore):
             # ends in no-hits ends the widening.
             ids, scores = search_closing_ties(fetch, nq, self.max_k, k)
         else:
-            ids, scores = fetch(everyone, k)
+            ids, scores = fetch(np.arange(nq, dtype=np.int64), k)
         if info.sparse:
             # The package rule: a document with a zero inner product is no hit
             # (explicit zero weights can make a shared term score 0).

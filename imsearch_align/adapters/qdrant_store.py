@@ -334,7 +334,7 @@ class QdrantStore(BaseStore):
             return ids, scores
 
         # an exact scan: the documents tied at the k-th score are chosen by id
-        ids, scores = search_closing_ties(fetch, nq, n, min(k, n))
+        ids, scores = search_closing_ties(fetch, nq, n, k)
         if info.sparse:
             # the sparse rule: documents sharing terms whose inner product is 0 are no hits
             ids[scores == 0] = -1

@@ -234,7 +234,7 @@ def _ranking_table(result: Any) -> list[str]:
 def _tie_lines(result: Any, names: Sequence[str], measure: str) -> list[str]:
     """What depends on tie order: the tie rule, each ranking's groups where they
     are not all closed, counts and the bounds of the headline measure."""
-    parts, tols, bounds, any_open = [], [], [], False
+    parts, tols, bounds, any_open, any_dependent = [], [], [], False, False
     for n in names:
         r = result.rankings[n]
         t = (r.ties.get("measures") or {}).get(measure)
@@ -250,6 +250,7 @@ def _tie_lines(result: Any, names: Sequence[str], measure: str) -> list[str]:
             any_open = True
         dep = int(t.get("n_tie_dependent", 0))  # of the headline measure, not the most of any
         if dep:
+            any_dependent = True
             parts.append(
                 f"{n}: {dep} queries depend on tie order, {measure} "
                 f"{fmt(r.metrics.get(measure))} in [{fmt(t['low'])}, {fmt(t['high'])}] "
@@ -269,7 +270,7 @@ def _tie_lines(result: Any, names: Sequence[str], measure: str) -> list[str]:
     head += "): values are expected over tie orders"
     if not any_open:
         head += "; groups closed"
-    if not any("depend on tie order" in p for p in parts):
+    if not any_dependent:
         parts.append(f"no query's {measure} depends on tie order")
     return ["; ".join([head, *parts])]
 

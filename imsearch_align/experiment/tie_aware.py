@@ -284,12 +284,7 @@ def open_windows(run: Run, k: int, tol: float) -> np.ndarray:
 
 
 def _needed_width(
-    ids: np.ndarray,
-    scores: np.ndarray,
-    qids: Any,
-    k: int,
-    tol: float,
-    base: int,
+    ids: np.ndarray, scores: np.ndarray, qids: Any, k: int, tol: float, base: int
 ) -> int:
     """Columns that show every extended row's tie group (links within ``tol``)
     at rank ``k`` and the score after it (the closing one), or all of them
