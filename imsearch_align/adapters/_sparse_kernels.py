@@ -234,10 +234,16 @@ def split_postings(indptr, indices, data, n_cols, heavy_fraction):
     (light) entry, and per doc the float64 L2 norm of each part.
     """
     n_rows = indptr.shape[0] - 1
-    heavy = np.zeros(indptr[n_rows], np.uint8)
+    # Per doc, the heavy part is "magnitude above thr[i], then the first
+    # n_eq[i] entries equal to it in column order": two numbers a doc, not a
+    # mark per non-zero (which cost 1 byte x nnz during the build).
+    thr = np.full(n_rows, np.inf, np.float32)
+    n_eq = np.zeros(n_rows, np.int64)
     mag = np.empty(n_cols, np.float32)
     h_norm = np.zeros(n_rows, np.float64)
     l_norm = np.zeros(n_rows, np.float64)
+    h_indptr = np.zeros(n_cols + 1, np.int64)
+    l_indptr = np.zeros(n_cols + 1, np.int64)
     for i in range(n_rows):
         p0 = indptr[i]
         p1 = indptr[i + 1]
@@ -253,29 +259,25 @@ def split_postings(indptr, indices, data, n_cols, heavy_fraction):
         n_above = 0
         for p in range(p0, p1):
             if abs(data[p]) > t:
-                heavy[p] = 1
                 n_above += 1
-        for p in range(p0, p1):
-            if n_above < nh and abs(data[p]) == t:
-                heavy[p] = 1
-                n_above += 1
+        thr[i] = t
+        n_eq[i] = nh - n_above
+        left = nh - n_above
         sh = 0.0
         sl = 0.0
         for p in range(p0, p1):
+            a = abs(data[p])
             v = np.float64(data[p])
-            if heavy[p]:
+            if a > t or (a == t and left > 0):
+                if a == t:
+                    left -= 1
                 sh += v * v
+                h_indptr[indices[p] + 1] += 1
             else:
                 sl += v * v
+                l_indptr[indices[p] + 1] += 1
         h_norm[i] = np.sqrt(sh)
         l_norm[i] = np.sqrt(sl)
-    h_indptr = np.zeros(n_cols + 1, np.int64)
-    l_indptr = np.zeros(n_cols + 1, np.int64)
-    for p in range(indptr[n_rows]):
-        if heavy[p]:
-            h_indptr[indices[p] + 1] += 1
-        else:
-            l_indptr[indices[p] + 1] += 1
     for j in range(n_cols):
         h_indptr[j + 1] += h_indptr[j]
         l_indptr[j + 1] += l_indptr[j]
@@ -286,9 +288,14 @@ def split_postings(indptr, indices, data, n_cols, heavy_fraction):
     l_indices = np.empty(l_indptr[n_cols], np.int32)
     l_data = np.empty(l_indptr[n_cols], np.float32)
     for i in range(n_rows):
+        t = thr[i]
+        left = n_eq[i]
         for p in range(indptr[i], indptr[i + 1]):
             j = indices[p]
-            if heavy[p]:
+            a = abs(data[p])
+            if a > t or (a == t and left > 0):
+                if a == t:
+                    left -= 1
                 h_indices[h_fill[j]] = i
                 h_data[h_fill[j]] = data[p]
                 h_fill[j] += 1

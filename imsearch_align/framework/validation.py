@@ -66,7 +66,7 @@ def check_matrix(
         import scipy.sparse as sp
 
         m = sp.csr_matrix(x, dtype=dtype)
-        if not np.all(np.isfinite(m.data)):
+        if m.data.dtype.kind == "f" and not _all_finite(m.data):
             row = int(
                 np.searchsorted(m.indptr, np.flatnonzero(~np.isfinite(m.data))[0], "right") - 1
             )

@@ -247,6 +247,20 @@ def test_non_finite_vectors(store, bad):
         store.search("c", v, 1)
 
 
+
+@pytest.mark.parametrize("bad", [[np.nan], [np.inf], [-np.inf], [np.inf, -np.inf]])
+def test_non_finite_sparse_vectors_name_their_row(bad):
+    """The sparse check reads the values without a temporary; +inf and -inf
+    together (a NaN sum) are caught as well as each alone."""
+    s = ExactStore()
+    s.create_collection("sp", 4, sparse=True)
+    v = sp.csr_matrix(np.ones((3, 4), np.float32))
+    v.data[-len(bad) - 1 : -1] = bad  # row 2
+    with pytest.raises(ValueError, match="vectors must be finite, got NaN or inf in row 2"):
+        s.insert("sp", v, np.array([1, 2, 3]))
+    with pytest.raises(ValueError, match="queries must be finite, got NaN or inf in row 2"):
+        s.search("sp", v, 1)
+
 def test_query_dimension_differs(store):
     with pytest.raises(
         ValueError, match=r"queries must have dimension 3 \(collection 'c'\), got 4"

@@ -247,3 +247,40 @@ def test_docs_prepared_once_hold_rows_and_postings():
     assert docs.n_docs == 200 and docs.dim == 50
     # rows + heavy/light postings + norms: about twice the CSR's 8 bytes per non-zero
     assert 16 * m.nnz <= docs.nbytes <= 16 * m.nnz + 2 * 8 * 51 + 2 * 8 * 201 + 8 * 201 + 64
+
+
+@pytest.mark.parametrize("fraction", [0.125, 0.5, 1.0])
+def test_split_postings_follows_its_definition(fraction):
+    """Each doc's heavy part is its ceil(f * nnz) largest magnitudes, equal
+    magnitudes taken in column order; every entry lands in exactly one part,
+    postings list docs ascending, and the norms are the parts' float64 norms."""
+    from imsearch_align.adapters._sparse_kernels import split_postings
+
+    rng = np.random.default_rng(11)
+    m = random_csr(120, 40, 0.3, rng, signed=True, integer=True)  # many equal magnitudes
+    m.indices = m.indices.astype(np.int32)
+    m.indptr = m.indptr.astype(np.int64)
+    hp, hi, hd, lp, li, ld, hn, ln = split_postings(m.indptr, m.indices, m.data, 40, fraction)
+    heavy = np.zeros(m.nnz, bool)
+    for r in range(m.shape[0]):
+        p0, p1 = m.indptr[r], m.indptr[r + 1]
+        nh = min(p1 - p0, int(np.ceil(fraction * (p1 - p0))))
+        # by magnitude descending, equal magnitudes by column ascending
+        order = np.lexsort((m.indices[p0:p1], -np.abs(m.data[p0:p1])))
+        heavy[p0 + order[:nh]] = True
+    rows = np.repeat(np.arange(m.shape[0]), np.diff(m.indptr))
+    for part, (ptr, idx, val) in {True: (hp, hi, hd), False: (lp, li, ld)}.items():
+        sel = heavy == part
+        expect = sp.csr_matrix(
+            (m.data[sel], (m.indices[sel], rows[sel])), shape=(40, m.shape[0])
+        )  # the part's transpose: columns -> docs
+        got = sp.csr_matrix((val, idx, ptr), shape=(40, m.shape[0]))
+        assert (np.diff(got.indptr) == np.diff(expect.indptr)).all()
+        for j in range(40):
+            s = slice(got.indptr[j], got.indptr[j + 1])
+            assert (np.diff(got.indices[s]) > 0).all(), "postings not by ascending doc"
+        assert (got != expect).nnz == 0
+        norms = np.sqrt(
+            np.bincount(rows[sel], m.data[sel].astype(np.float64) ** 2, minlength=m.shape[0])
+        )
+        np.testing.assert_allclose(hn if part else ln, norms, rtol=1e-15)
