@@ -247,7 +247,6 @@ def test_non_finite_vectors(store, bad):
         store.search("c", v, 1)
 
 
-
 @pytest.mark.parametrize("bad", [[np.nan], [np.inf], [-np.inf], [np.inf, -np.inf]])
 def test_non_finite_sparse_vectors_name_their_row(bad):
     """The sparse check reads the values without a temporary; +inf and -inf
@@ -260,6 +259,7 @@ def test_non_finite_sparse_vectors_name_their_row(bad):
         s.insert("sp", v, np.array([1, 2, 3]))
     with pytest.raises(ValueError, match="queries must be finite, got NaN or inf in row 2"):
         s.search("sp", v, 1)
+
 
 def test_query_dimension_differs(store):
     with pytest.raises(
