@@ -753,3 +753,73 @@ def test_a_retrieval_cell_releases_the_method_state_before_its_last_search(tmp_p
         _syn_config("asif", "exact", tmp_path / "diag", diagnostics=True), progress=False
     )
     assert calls == [] and diag.status.ok and "aligned" in diag.diagnostics
+
+
+def _image_table(path, seed, n=40):
+    """A parquet of n random 32 x 32 PNG images with one caption each."""
+    import io
+
+    import pandas as pd
+    from PIL import Image
+
+    rng = np.random.default_rng(seed)
+    cells = []
+    for _ in range(n):
+        buf = io.BytesIO()
+        Image.fromarray(rng.integers(0, 256, (32, 32, 3), dtype=np.uint8)).save(buf, "PNG")
+        cells.append(buf.getvalue())
+    words = ["red", "blue", "square", "circle", "small", "large", "noisy", "plain"]
+    caps = [" ".join(rng.choice(words, 4)) for _ in range(n)]
+    pd.DataFrame({"image": cells, "caption": caps}).to_parquet(path)
+    return str(path)
+
+
+@pytest.mark.slow
+def test_a_support_dataset_that_holds_test_images_makes_the_run_degraded(tmp_path):
+    """The same data as support (another test_fraction): its pairs hold the
+    evaluated test images, so the fit saw the test set: degraded, counted.
+    Real encoders (each dataset encoded on its own), so the images are found
+    by near-identical embeddings, not by equal bytes."""
+    data = _image_table(tmp_path / "a.parquet", 0)
+    cfg = ExperimentConfig(
+        dataset="hf",
+        dataset_params={"data": data, "test_fraction": 0.5, "seed": 1},
+        support_dataset="hf",
+        support_dataset_params={"data": data, "test_fraction": 0.0},
+        n_support=40,
+        method="procrustes",
+        store="exact",
+        cache_dir=str(tmp_path / "cache"),
+        k_values=(1, 5),
+    )
+    res = run_experiment(cfg, output_dir=tmp_path / "out", progress=False)
+    assert res.status.state == "degraded"
+    assert any(
+        "20 of 40 support pairs have an image that is also a test image" in r
+        for r in res.status.reasons
+    ), res.status.reasons
+    # a support set of other images leaves the run ok
+    other = _image_table(tmp_path / "b.parquet", 7)
+    ok = run_experiment(
+        cfg.replace(support_dataset_params={"data": other, "test_fraction": 0.0}),
+        output_dir=tmp_path / "out2",
+        progress=False,
+    )
+    assert ok.status.state == "ok", ok.status.reasons
+
+
+def test_near_identical_rows_finds_equal_and_nearly_equal_rows_only():
+    from imsearch_align.experiment.context import RowGather, near_identical_rows
+
+    rng = np.random.default_rng(0)
+    B = rng.standard_normal((50, 16)).astype(np.float32)
+    A = rng.standard_normal((30, 16)).astype(np.float32)
+    A[3] = B[10]
+    A[7] = (
+        2.5 * B[49] * (1 + 1e-7 * rng.standard_normal(16)).astype(np.float32)
+    )  # scaled, perturbed
+    A[9] = 0.0  # a missing embedding matches nothing
+    A[11] = B[20] + 0.05 * rng.standard_normal(16).astype(np.float32)  # near, but another image
+    for b in (B, RowGather.of_array(B, np.arange(50))):
+        hit = near_identical_rows(A, b, 1 - 1e-4, block=8)
+        assert np.flatnonzero(hit).tolist() == [3, 7]

@@ -62,6 +62,25 @@ TEST_SPLIT = "test"
 _DIRECTIONS = ("t2i", "i2t")
 
 
+def _distinct_rows(X: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``(heads, image_of_row)``: the first row of each distinct row of ``X``
+    (ascending) and, per row, the index of its distinct row in ``heads``.
+    Rows are compared by a 160-bit digest of their bytes, one row at a time
+    (no copy of ``X``). All-zero rows (missing embeddings, warned elsewhere)
+    are each their own."""
+    first: dict[Any, int] = {}
+    image_of_row = np.empty(X.shape[0], dtype=np.int64)
+    for i in range(X.shape[0]):
+        row = X[i]
+        key = hashlib.blake2b(row.tobytes(), digest_size=20).digest() if row.any() else i
+        image_of_row[i] = first.setdefault(key, len(first))
+    if len(first) == X.shape[0]:
+        return np.arange(X.shape[0], dtype=np.int64), image_of_row
+    # distinct rows are numbered in order of first appearance: heads ascend
+    heads = np.unique(image_of_row, return_index=True)[1].astype(np.int64)
+    return heads, image_of_row
+
+
 def seeded_split(
     n: int, *, test_fraction: float, seed: int, val_fraction: float = 0.0
 ) -> np.ndarray:
@@ -255,6 +274,10 @@ class PairedDataset:
 
         Args:
             image_emb: ``(n_images, d_img)`` image embeddings; row ``i`` is image id ``i``.
+                Without ``text_image`` (rows are (image, text) pairs), rows
+                holding the same embedding are one image (the first such
+                row, warned) with the texts of every such row, so pairs
+                exported one per row give each image once.
             text_emb: ``(n_texts, d_txt)`` text embeddings; row ``j`` is text id ``j``.
             text_image: ``(n_texts,)`` image index of each text row; default
                 ``arange(n_texts)`` (one text per image, ``n_texts == n_images``).
@@ -276,6 +299,7 @@ class PairedDataset:
         X = check_matrix(image_emb, "image_emb", min_rows=1)
         Y = check_matrix(text_emb, "text_emb", min_rows=1)
         n_img, n_txt = X.shape[0], Y.shape[0]
+        text_image_given = text_image
         if text_image is None:
             if n_txt != n_img:
                 raise ValueError(
@@ -294,18 +318,52 @@ class PairedDataset:
                 f"text_image must index image_emb rows in [0, {n_img - 1}], "
                 f"got values in [{int(ti.min())}, {int(ti.max())}]"
             )
-        if split is None:
-            split = seeded_split(n_img, test_fraction=test_fraction, seed=seed)
-        split = np.asarray(split, dtype=object)
-        if split.shape != (n_img,):
-            raise ValueError(
-                f"split must have one entry per image ({n_img}), got shape {split.shape}"
-            )
-        images = pd.DataFrame({"image_id": np.arange(n_img, dtype=np.int64), "split": split})
+        if split is not None:
+            split = np.asarray(split, dtype=object)
+            if split.shape != (n_img,):
+                raise ValueError(
+                    f"split must have one entry per image ({n_img}), got shape {split.shape}"
+                )
+        lab = None
         if labels is not None:
             lab = np.asarray(labels)
             if lab.shape != (n_img,):
                 raise ValueError(f"labels must have shape ({n_img},), got {lab.shape}")
+        # Paired by row (no text_image): each row is an (image, text) pair, and
+        # rows with the same image embedding are one image with all its texts.
+        # With text_image the image rows are the images, duplicates included
+        # (two ids of one picture tie, as in the published protocols).
+        heads, image_of_row = (
+            _distinct_rows(X) if text_image_given is None else (np.arange(n_img), None)
+        )
+        if image_of_row is not None and len(heads) < n_img:
+            for what, per_row in (("split", split), ("labels", lab)):
+                if (
+                    per_row is not None
+                    and (bad := np.flatnonzero(per_row != per_row[heads][image_of_row])).size
+                ):
+                    i = int(bad[0])
+                    j = int(heads[image_of_row[i]])
+                    raise ValueError(
+                        f"image_emb rows {j} and {i} hold the same embedding (one image) but "
+                        f"{what} gives them {per_row[j]!r} and {per_row[i]!r}; expected one "
+                        f"{what} value per image"
+                    )
+            warnings.warn(
+                f"{name}: {n_img:,} image rows hold {len(heads):,} distinct embeddings; rows "
+                "with the same embedding are one image (the first such row), with the texts of "
+                "every such row",
+                stacklevel=2,
+            )
+            X = X[heads]
+            ti = image_of_row[ti]
+            split = None if split is None else split[heads]
+            lab = None if lab is None else lab[heads]
+            n_img = len(heads)
+        if split is None:
+            split = seeded_split(n_img, test_fraction=test_fraction, seed=seed)
+        images = pd.DataFrame({"image_id": np.arange(n_img, dtype=np.int64), "split": split})
+        if lab is not None:
             images["label"] = lab.astype(np.int64)
         texts = pd.DataFrame(
             {

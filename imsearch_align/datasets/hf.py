@@ -26,14 +26,25 @@ row); a dataset with other splits gets a seeded ratio split over all rows
 file, a ``Dataset``, a DataFrame) gets it silently; ``split_column`` takes
 the split from a column instead.
 
-Ids: ``image_id`` is the row number (splits concatenated in the dataset's
-order); ``text_id`` a running index in row, column, list order.
+Rows that hold the same image (the same file, or the same bytes under the
+same original name) are one image, with the captions of every such row: data with one row per (image,
+caption) pair gives each image once, with all its captions, and never the
+same image under two ids (it would tie with itself in text-to-image search,
+count one caption of five as relevant in image-to-text search, and could sit
+in train and test at once). The ratio split is drawn per image; an image
+whose rows carry different splits (``split_column`` or the dataset's own) is
+refused.
+
+Ids: ``image_id`` is the row number of the image's first row (splits
+concatenated in the dataset's order); ``text_id`` a running index in row,
+column, list order.
 """
 
 from __future__ import annotations
 
 import difflib
 import glob
+import hashlib
 import io
 import os
 import warnings
@@ -396,19 +407,66 @@ def _image_rows(
     return cells, keep
 
 
+def _same_image_rows(
+    cells: list[tuple[bytes | None, str | None]], keep: np.ndarray, column: pd.Series
+) -> np.ndarray:
+    """For each row, the first kept row holding the same image; a row is its
+    own when no earlier row holds its image, and every row not kept is its own.
+
+    The same image: the same file (resolved path), or the same bytes under the
+    same original file name (a ``{"bytes", "path"}`` cell's ``path``, when it
+    has one). Two files with equal bytes under different names stay two
+    images, as the published protocols count duplicate photos."""
+    out = np.arange(len(cells), dtype=np.int64)
+    first: dict[tuple[Any, ...], int] = {}
+    for i in np.flatnonzero(keep):
+        b, p = cells[i]
+        if b is not None:
+            v = column.iat[i]
+            name = v.get("path") if isinstance(v, dict) else None
+            key: tuple[Any, ...] = ("bytes", hashlib.blake2b(b, digest_size=20).digest(), name)
+        else:
+            key = ("path", os.path.realpath(str(p)))
+        out[i] = first.setdefault(key, int(i))
+    return out
+
+
+def _one_split_per_image(
+    split: np.ndarray, image_of_row: np.ndarray, column: str | None, where: Any
+) -> np.ndarray:
+    """Each row's split, checked to be its image's: an image in two splits leaks."""
+    split = np.asarray(split, dtype=object)
+    bad = np.flatnonzero(split != split[image_of_row])
+    if bad.size:
+        i = int(bad[0])
+        j = int(image_of_row[i])
+        src = f"split column {column!r}" if column else "the dataset's own splits"
+        raise ValueError(
+            f"from_hf: row {i}{where(i)} holds the same image as row {j}{where(j)}, but "
+            f"{src} gives row {i} {split[i]!r} and row {j} {split[j]!r} ({bad.size} such "
+            "row(s)); "
+            "an image in two splits would be trained on and evaluated at once. Expected "
+            "every row of an image in one split"
+        )
+    return split
+
+
 def _caption_rows(
     df: pd.DataFrame,
     cols: list[str],
     keep: np.ndarray,
+    image_of_row: np.ndarray,
     what: str,
     where: Any,
     *,
     skip: bool,
     skips: Skips,
 ) -> pd.DataFrame:
-    """The texts table: every caption of every kept row, in row, column, list order."""
+    """The texts table: every caption of every kept row, in row, column, list
+    order, each with the id of its row's image (``image_of_row``)."""
     t_img, t_cap = [], []
     for i in np.flatnonzero(keep):
+        img = int(image_of_row[i])
         for c in cols:
             v = df[c].iat[i]
             if isinstance(v, np.ndarray):
@@ -418,7 +476,7 @@ def _caption_rows(
                 loc = f"{what} row {i}{where(i)} column {c!r}" + (f" item {k}" if is_list else "")
                 cap = skips.caption(cap, loc, skip=skip)
                 if cap is not None:
-                    t_img.append(int(i))
+                    t_img.append(img)
                     t_cap.append(cap)
     return pd.DataFrame(
         {
@@ -505,6 +563,8 @@ def from_hf(
         skip=skip_bad_images,
         skips=skips,
     )
+    image_of_row = _same_image_rows(cells, keep, df[image_column])
+    heads = image_of_row == np.arange(len(df))
     images = pd.DataFrame(
         {
             "image_id": np.arange(len(df), dtype=np.int64),
@@ -520,17 +580,28 @@ def from_hf(
                 f"from_hf: split column {split_column!r} has values "
                 f"{sorted(sp[bad].unique())[:5]}, expected {list(SPLITS)}"
             )
-        images["split"] = sp.to_numpy()
+        images["split"] = _one_split_per_image(sp.to_numpy(), image_of_row, split_column, where)
     elif use_own:
-        images["split"] = own_split
+        images["split"] = _one_split_per_image(own_split, image_of_row, None, where)
     else:
-        images["split"] = seeded_split(len(df), test_fraction=test_fraction, seed=seed)
-    images = images[keep]
+        # drawn per image (per row when no image repeats: the same draw as ever)
+        per_head = seeded_split(int(heads.sum()), test_fraction=test_fraction, seed=seed)
+        images["split"] = per_head[np.cumsum(heads)[image_of_row] - 1]
+    images = images[keep & heads]
+    n_kept = int(keep.sum())
+    if len(images) < n_kept:
+        warnings.warn(
+            f"from_hf: {src.name}: {n_kept:,} rows hold {len(images):,} distinct images (rows "
+            "with the same image file or bytes are one image, with all their captions)",
+            stacklevel=2,
+        )
     if images["path"].isna().all():
         images = images.drop(columns=["path"])
     elif images["bytes"].isna().all():
         images = images.drop(columns=["bytes"])
-    texts = _caption_rows(df, cols, keep, src.what, where, skip=skip_bad_captions, skips=skips)
+    texts = _caption_rows(
+        df, cols, keep, image_of_row, src.what, where, skip=skip_bad_captions, skips=skips
+    )
     ds = PairedDataset(
         name=src.name,
         images=images,

@@ -160,6 +160,39 @@ def _int_array(value: Any, name: str, allow_pickle: bool) -> np.ndarray | None:
     return arr
 
 
+def _check_stored_ids(
+    img_ids: Any, txt_ids: Any, text_image: np.ndarray, n_images: int, iname: str, tname: str
+) -> None:
+    """Refuse files whose own ids contradict the pairing by row position.
+
+    Rows are paired by position (``text_image``, or image-major), not by the
+    ids a file may carry. When both files carry ids and every text id is an
+    image id, the text ids name each text row's image: a text row whose id
+    is not the id of the image row it is paired with means the files are in
+    different orders, and every metric would be computed on wrong pairs.
+    (Text ids that are not all image ids are caption ids: nothing to check.)
+    """
+    if img_ids is None or txt_ids is None:
+        return
+    img_ids, txt_ids = np.asarray(img_ids).reshape(-1), np.asarray(txt_ids).reshape(-1)
+    if len(img_ids) != n_images or len(txt_ids) != len(text_image):
+        return
+    if len(text_image) and not 0 <= text_image.min() <= text_image.max() < n_images:
+        return  # refused with its own message by PairedDataset.from_arrays
+    if len(np.unique(img_ids)) != n_images or not np.isin(txt_ids, img_ids).all():
+        return
+    bad = np.flatnonzero(img_ids[text_image] != txt_ids)
+    if bad.size:
+        j = int(bad[0])
+        raise ValueError(
+            f"text row {j} of {tname!r} has id {txt_ids[j].tolist()!r}, an image id, but it is paired "
+            f"by position with image row {int(text_image[j])} of {iname!r}, whose id is "
+            f"{img_ids[text_image[j]].tolist()!r} ({bad.size} such rows): the files' rows are in "
+            "different orders. Expected text rows in the image file's order, or pass "
+            "text_image (the image row of each text row)"
+        )
+
+
 @DATASETS.register("precomputed")
 def load_precomputed(
     image_path: str | os.PathLike,
@@ -193,7 +226,7 @@ def load_precomputed(
     """
     ip, tp = _resolve(image_path, repo_id), _resolve(text_path, repo_id)
     img_ids, X = read_embeddings(ip, allow_pickle=allow_pickle)
-    _, Y = read_embeddings(tp, allow_pickle=allow_pickle)
+    txt_ids, Y = read_embeddings(tp, allow_pickle=allow_pickle)
     X = np.asarray(X)
     Y = np.asarray(Y)
     text_image = _int_array(text_image, "text_image", allow_pickle)
@@ -218,7 +251,10 @@ def load_precomputed(
                 "(one image row index per text row)"
             )
         text_image = np.repeat(np.arange(X.shape[0]), Y.shape[0] // X.shape[0])
-    del img_ids  # rows are the ids: image row i is image_id i
+    # Rows are the ids (image row i is image_id i); ids stored in the files
+    # are checked against the pairing by position when they can be.
+    paired = np.arange(Y.shape[0]) if text_image is None else text_image
+    _check_stored_ids(img_ids, txt_ids, paired, X.shape[0], ip.name, tp.name)
     check_zero_rows(X, None, f"precomputed image embeddings {ip.name!r}")
     check_zero_rows(Y, None, f"precomputed text embeddings {tp.name!r}")
     ds_name = name or Path(str(image_path)).stem

@@ -92,6 +92,28 @@ class Clock:
             self.timings[key] = self.timings.get(key, 0.0) + time.perf_counter() - t
 
 
+#: Cosine distance within which two raw image embeddings are taken as one image.
+LEAK_TOL = 1e-4
+
+
+def near_identical_rows(A: np.ndarray, B: Any, threshold: float, block: int = 2048) -> np.ndarray:
+    """Rows of ``A`` whose cosine with some row of ``B`` (an array or a
+    :class:`RowGather`) is at least ``threshold``: float32 products in
+    ``block x block`` tiles (16 MiB each); all-zero rows match nothing."""
+
+    def unit(M: np.ndarray) -> np.ndarray:
+        M = np.asarray(M, dtype=np.float32)
+        n = np.sqrt(np.einsum("ij,ij->i", M, M, dtype=np.float64))
+        return (M / np.where(n > 0, n, np.inf)[:, None]).astype(np.float32)
+
+    hit = np.zeros(A.shape[0], dtype=bool)
+    for t in range(0, B.shape[0], block):
+        b = unit(B[t : t + block]).T
+        for s in range(0, A.shape[0], block):
+            hit[s : s + block] |= (unit(A[s : s + block]) @ b).max(axis=1) >= threshold
+    return hit
+
+
 class RowGather:
     """Rows of a split, gathered block by block when read (one copy of all of them later).
 
@@ -270,6 +292,8 @@ class TaskContext:
         with self.clock("embed_s"):
             X = self._support_rows(sup, "image", img_ids)
             Y = self._support_rows(sup, "text", txt_ids)
+        if self.config.support_dataset is not None:
+            self._check_support_leak(X)
         method = make_method(self.config, progress=self.progress)
         with self.clock("fit_s"):
             method.fit(X, Y)
@@ -277,6 +301,23 @@ class TaskContext:
         del X, Y
         release_freed_memory()  # the support sample and the fit's temporaries
         return method
+
+    def _check_support_leak(self, X: np.ndarray) -> None:
+        """A support pair whose image is one of the evaluated test images leaks the
+        test set into the fit (a ``support_dataset`` that overlaps the evaluated
+        split, e.g. the same data with another seed or ``test_fraction``): the
+        count is a reason the run is degraded. The same image: raw embeddings at
+        cosine >= 1 - LEAK_TOL (encoders need not give bit-identical vectors
+        for one image in two batches)."""
+        test = self._rows("image", TEST)
+        hit = near_identical_rows(X, test, 1.0 - LEAK_TOL)
+        if hit.any():
+            self.note(
+                f"{int(hit.sum()):,} of {len(hit):,} support pairs have an image that is also a "
+                f"test image of {self.dataset.name!r} (cosine >= {1 - LEAK_TOL:g} of the raw "
+                "embeddings): the support set overlaps the evaluated split, so every metric is "
+                "inflated; expected a support_dataset disjoint from the test split"
+            )
 
     def _support_rows(self, ds: Any, modality: str, ids: np.ndarray) -> np.ndarray:
         return self.study.embeddings(

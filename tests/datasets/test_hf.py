@@ -248,3 +248,72 @@ def test_in_memory_inputs_are_recorded_by_a_content_digest(published) -> None:
     ds1 = from_hf(a, name="x")
     assert ds1.fingerprint == from_hf(published.hf_table(4), name="y").fingerprint
     assert ds1.fingerprint != from_hf(b, name="x").fingerprint
+
+
+def test_rows_of_one_image_are_one_image_with_all_its_captions(tmp_path: Path) -> None:
+    """Long format (a row per (image, caption) pair): each image once, with all
+    its captions, split per image; by bytes and by file."""
+    imgs = [_png(v) for v in (10, 20, 30, 40)]
+    rows = [(i, f"cap {i}.{j}") for i in range(4) for j in range(5)]
+    rng = np.random.default_rng(0)
+    rows = [rows[r] for r in rng.permutation(len(rows))]  # interleaved, as files often are
+    df = pd.DataFrame({"image": [imgs[i] for i, _ in rows], "caption": [c for _, c in rows]})
+    with pytest.warns(UserWarning, match="20 rows hold 4 distinct images"):
+        ds = from_hf(df, test_fraction=0.5, seed=0)
+    assert len(ds.images) == 4 and len(ds.texts) == 20
+    by_image = ds.texts.groupby("image_id")["caption"].apply(sorted)
+    got = {
+        _red(ds.images.set_index("image_id").loc[i, "bytes"]): caps for i, caps in by_image.items()
+    }
+    assert got == {10 * (i + 1): [f"cap {i}.{j}" for j in range(5)] for i in range(4)}
+    assert sorted(ds.images["split"]) == ["test", "test", "train", "train"]
+    # the same by file path, a relative and an absolute spelling of one file
+    for i in range(4):
+        (tmp_path / f"{i}.png").write_bytes(imgs[i])
+    paths = [
+        str(tmp_path / f"{i}.png") if k % 2 else f"{tmp_path}/./{i}.png"
+        for k, (i, _) in enumerate(rows)
+    ]
+    with pytest.warns(UserWarning, match="20 rows hold 4 distinct images"):
+        ds2 = from_hf(pd.DataFrame({"image": paths, "caption": df["caption"]}), test_fraction=0.5)
+    assert len(ds2.images) == 4
+    assert ds2.texts.groupby("image_id").size().tolist() == [5, 5, 5, 5]
+
+
+def test_one_image_in_two_splits_is_refused() -> None:
+    df = pd.DataFrame(
+        {
+            "image": [_png(1), _png(2), _png(1)],
+            "caption": ["a", "b", "c"],
+            "s": ["train", "test", "test"],
+        }
+    )
+    with pytest.raises(ValueError, match=r"row 2 holds the same image as row 0.*'test'.*'train'"):
+        from_hf(df, split_column="s")
+
+
+def test_distinct_images_keep_the_row_split_of_before() -> None:
+    """No repeated image: the ratio split is the same draw as the per-row one."""
+    from imsearch_align.datasets.base import seeded_split
+
+    df = pd.DataFrame({"image": [_png(v) for v in range(9)], "caption": list("abcdefghi")})
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        ds = from_hf(df, test_fraction=0.3, seed=5)
+    assert ds.images["split"].tolist() == seeded_split(9, test_fraction=0.3, seed=5).tolist()
+
+
+def test_equal_bytes_under_two_names_stay_two_images() -> None:
+    """A duplicate photo under another file name is another image (as the
+    published protocols count it); the same name and bytes is one image."""
+    cell = lambda name, v: {"bytes": _png(v), "path": name}  # noqa: E731
+    df = pd.DataFrame(
+        {
+            "image": [cell("a.png", 1), cell("b.png", 1), cell("a.png", 1), cell("c.png", 2)],
+            "caption": ["a1", "b1", "a2", "c1"],
+        }
+    )
+    with pytest.warns(UserWarning, match="4 rows hold 3 distinct images"):
+        ds = from_hf(df, test_fraction=0.0)
+    assert ds.images["image_id"].tolist() == [0, 1, 3]
+    assert ds.texts["image_id"].tolist() == [0, 1, 0, 3]

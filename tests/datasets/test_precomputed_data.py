@@ -158,3 +158,58 @@ def test_support_only_load(tmp_path: Path) -> None:
     ds, img, _ = load_support_dataset("precomputed", {**params, "test_fraction": 0.0})
     assert set(ds.images["split"]) == {"train"} and len(ds.texts) == 12
     np.testing.assert_array_equal(img.encode(ds.split_ids("train")), X)
+
+
+def test_one_row_per_pair_gives_each_image_once_with_all_its_texts(tmp_path: Path) -> None:
+    """Pairs exported as rows (each image row repeated per caption): one image
+    per distinct embedding, its texts all relevant, split per image."""
+    imgs = rng.normal(size=(4, 5)).astype(np.float32)
+    order = np.random.default_rng(3).permutation(20)  # interleaved pairs
+    of_pair = np.repeat(np.arange(4), 5)[order]
+    np.save(tmp_path / "i.npy", imgs[of_pair])
+    np.save(tmp_path / "t.npy", rng.normal(size=(20, 3)).astype(np.float32))
+    with pytest.warns(UserWarning, match="20 image rows hold 4 distinct embeddings"):
+        ds, pimg, _ = load_precomputed(tmp_path / "i.npy", tmp_path / "t.npy", test_fraction=0.5)
+    assert len(ds.images) == 4 and len(ds.texts) == 20
+    heads = [int(np.flatnonzero(of_pair == g)[0]) for g in range(4)]
+    first = sorted(heads)  # image ids follow first appearance
+    for img_id, head in enumerate(first):
+        texts = ds.texts.loc[ds.texts["image_id"] == img_id, "text_id"].tolist()
+        assert texts == np.flatnonzero(of_pair == of_pair[head]).tolist()
+        np.testing.assert_array_equal(pimg.encode([img_id])[0], imgs[of_pair[head]])
+    assert sorted(ds.images["split"]) == ["test", "test", "train", "train"]
+    qrels = ds.qrels("i2t")  # every caption of an image is relevant to it
+    assert pd.Series(np.asarray(qrels.query_ids)).value_counts().tolist() == [5] * len(
+        qrels.queries
+    )
+
+
+def test_one_image_with_two_labels_is_refused() -> None:
+    from imsearch_align.datasets.base import PairedDataset
+
+    Xd = np.stack([X[0], X[1], X[0]])
+    with pytest.raises(ValueError, match=r"rows 0 and 2 hold the same embedding.*labels"):
+        PairedDataset.from_arrays(Xd, Y[:3], labels=[0, 1, 1])
+    with pytest.raises(ValueError, match=r"rows 0 and 2 hold the same embedding.*split"):
+        PairedDataset.from_arrays(Xd, Y[:3], split=["train", "test", "test"])
+
+
+def test_ids_stored_in_the_files_must_agree_with_the_row_pairing(tmp_path: Path) -> None:
+    img_ids = np.array([50, 10, 30, 20, 40, 60])
+    pd.DataFrame({"id": img_ids, "embedding": list(X)}).to_parquet(tmp_path / "i.parquet")
+    # text rows carry their image's id: in the image file's order, fine
+    ok = np.repeat(img_ids, 2)
+    pd.DataFrame({"id": ok, "embedding": list(Y)}).to_parquet(tmp_path / "t.parquet")
+    ds, _, _ = load_precomputed(tmp_path / "i.parquet", tmp_path / "t.parquet")
+    assert ds.texts["image_id"].tolist() == np.repeat(np.arange(6), 2).tolist()
+    # text rows sorted by image id, image rows not: every pair would be wrong
+    pd.DataFrame({"id": np.sort(ok), "embedding": list(Y)}).to_parquet(tmp_path / "t.parquet")
+    with pytest.raises(
+        ValueError, match=r"text row 0 .* has id 10, an image id.*image row 0 .* whose id is 50"
+    ):
+        load_precomputed(tmp_path / "i.parquet", tmp_path / "t.parquet")
+    # caption ids (not all image ids): nothing to check
+    pd.DataFrame({"id": np.arange(100, 112), "embedding": list(Y)}).to_parquet(
+        tmp_path / "t.parquet"
+    )
+    load_precomputed(tmp_path / "i.parquet", tmp_path / "t.parquet")
