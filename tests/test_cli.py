@@ -250,17 +250,24 @@ def test_skip_existing_runs_a_degraded_or_failed_result_again(one_eval, tmp_path
     assert again.status.ok and again.metrics == r.metrics
 
 
-def test_skip_existing_overwrites_another_configs_file_and_says_so(one_eval, tmp_path):
+def test_another_configs_file_is_kept_and_this_result_written_beside_it(one_eval, tmp_path):
     _, out = one_eval
     out = Path(shutil.copytree(out, tmp_path / "out"))
     path = out / "synthetic_procrustes_faiss_100.json"
+    first = ExperimentResult.load(path)
     # Same output name (dataset, method, store, n), another experiment (seed 7).
     p = cli(*EVAL, "--seed", "7", "--output-dir", str(out), "--skip-existing")
     assert p.returncode == 0, p.stderr
     assert "skipped" not in p.stdout
-    assert "holds another experiment" in p.stderr and "overwriting it" in p.stderr
-    assert "{key}" in p.stderr  # says how to keep both
-    assert ExperimentResult.load(path).config.seed == 7
+    assert "holds another experiment" in p.stderr and "both are kept" in p.stderr
+    assert "{key}" in p.stderr  # says how to name files by config
+    assert ExperimentResult.load(path).key == first.key  # not overwritten
+    (beside,) = [f for f in out.glob("synthetic_procrustes_faiss_100-*.json")]
+    seven = ExperimentResult.load(beside)
+    assert seven.config.seed == 7 and beside.name.endswith(f"-{seven.key}.json")
+    # running the seed-7 experiment again finds its own file and skips it
+    p = cli(*EVAL, "--seed", "7", "--output-dir", str(out), "--skip-existing")
+    assert p.returncode == 0 and "skipped" in p.stdout, p.stdout
 
 
 def test_output_template_with_folders(tmp_path):

@@ -239,7 +239,7 @@ def test_skip_existing_runs_a_degraded_or_failed_result_again(tmp_path, state, c
     assert f"is {state.state}" in caplog.text and "running it again" in caplog.text
 
 
-def test_skip_existing_overwrites_another_configs_file_and_says_so(tmp_path, caplog):
+def test_another_configs_file_is_kept_and_this_one_written_beside_it(tmp_path, caplog):
     cfg = _syn_config("linear", "faiss", tmp_path, directions=("t2i",))
     other = cfg.replace(seed=7)  # same output name, another experiment
     assert other.output_name("{method}.json") == cfg.output_name("{method}.json")
@@ -253,8 +253,18 @@ def test_skip_existing_overwrites_another_configs_file_and_says_so(tmp_path, cap
             progress=False,
         )
     assert not r.skipped and r.key == cfg.key()
-    assert ExperimentResult.load(tmp_path / "linear.json").key == cfg.key()
-    assert "holds another experiment" in caplog.text and "overwriting" in caplog.text
+    assert ExperimentResult.load(tmp_path / "linear.json").key == other.key()  # kept
+    assert r.path == str(tmp_path / f"linear-{cfg.key()}.json")
+    assert ExperimentResult.load(r.path).key == cfg.key()
+    assert "holds another experiment" in caplog.text and "both are kept" in caplog.text
+    again = run_experiment(
+        cfg,
+        output_dir=tmp_path,
+        output_template="{method}.json",
+        skip_existing=True,
+        progress=False,
+    )
+    assert again.skipped and again.path == r.path
     # An unreadable file is run again too.
     (tmp_path / "linear.json").write_text("{torn")
     again = run_experiment(

@@ -40,6 +40,17 @@ def check_writable(out_dir: str | os.PathLike) -> None:
         ) from None
 
 
+def _stored_key(path: Path) -> str | None:
+    """The config key of the result stored at ``path``; None when there is none
+    or it cannot be read (it is then overwritten, as a torn file is)."""
+    if not path.is_file():
+        return None
+    try:
+        return ExperimentResult.load(path).key
+    except (OSError, UnicodeDecodeError, ValueError, KeyError, TypeError):  # incl. schema errors
+        return None
+
+
 @dataclass(frozen=True)
 class OutputPlan:
     """The result path, its per-query file and the checkpoint folder of one config."""
@@ -61,6 +72,21 @@ class OutputPlan:
         root = Path(output_dir)
         path = root / name
         check_writable(path.parent)
+        other = _stored_key(path)
+        if other is not None and other != config.key():
+            # Another experiment's result has this name (the template leaves out
+            # what differs: the seed, an encoder, a parameter): both are kept.
+            keyed = path.with_name(f"{path.stem}-{config.key()}{path.suffix}")
+            log.warning(
+                "%s holds another experiment (config key %s, this one %s): this one is "
+                "written to %s, both are kept; add {key} to the output template to name each "
+                "experiment's file by its config",
+                path,
+                other,
+                config.key(),
+                keyed.name,
+            )
+            path = keyed
         return cls(path, root / ".checkpoints" / config.key())
 
     @property
@@ -72,8 +98,9 @@ class OutputPlan:
         """The stored result to keep under ``--skip-existing``, or None to run.
 
         Kept only when it is this config's result and its status is ``ok``; a
-        degraded or failed result, a torn file, or another config's result
-        (which is then overwritten, with a warning) means running again.
+        degraded or failed result or a torn file means running again. (A file
+        of another config under the same name is never this plan's path:
+        :meth:`make` writes this config's result beside it.)
         """
         if self.path is None or not self.path.exists():
             return None
@@ -82,10 +109,9 @@ class OutputPlan:
         except (OSError, UnicodeDecodeError, ResultSchemaError) as exc:
             log.warning("existing result %s is unreadable (%s): running again", self.path, exc)
             return None
-        if res.key != config.key():
+        if res.key != config.key():  # written by another process since make()
             log.warning(
-                "%s holds another experiment (config key %s, this one %s): running this one and "
-                "overwriting it; add {key} to the output template to keep both",
+                "%s now holds another experiment (config key %s, this one %s): running this one",
                 self.path,
                 res.key,
                 config.key(),
