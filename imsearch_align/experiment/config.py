@@ -220,7 +220,10 @@ class ExperimentConfig:
         k_values: cutoffs reported for every measure family.
         directions: retrieval directions, ``t2i`` and/or ``i2t``.
         ensemble: classification prompt handling, ``mean`` (normalise each
-            prompt vector, average, normalise, as CLIP_benchmark) or ``best``.
+            prompt vector, average, normalise, as CLIP_benchmark, where the
+            method's rows are unit-norm; the plain average of the prompt
+            vectors, i.e. the mean of the prompts' similarities, for CSA and
+            local CKA, whose inner product is not a cosine of rows) or ``best``.
         perturbations: PERTURBATIONS names applied to the queries before
             encoding (retrieval), searched against the same index.
         perturbation_params: per-name keyword arguments (``{"typo": {"rate": 0.2}}``).

@@ -223,13 +223,13 @@ def index_and_evaluate(
         out: dict[str, RankingResult] = {}
         labelled = {name: queries, **{f"{name}[{v}]": vq for v, vq in (variants or {}).items()}}
         for label, q in labelled.items():
-            res, ranking = _one_ranking(ctx, spec, label, docs, doc_ids, q, query_ids, qrels)
+            res, ranking, ta = _one_ranking(ctx, spec, label, docs, doc_ids, q, query_ids, qrels)
             if label == name and searcher is None:
                 ranking = _check_truth(ctx, store, collection, docs, doc_ids, q, k, ranking)
             out[label] = ctx.done[label] = ranking
             if runs is not None:
                 runs[label] = res.run
-            frame = res.per_query.copy()
+            frame = per_query_frame(res.per_query, ta)
             frame.insert(0, "ranking", label)
             ctx.per_query.append(frame)
     finally:
@@ -341,7 +341,29 @@ def _one_ranking(
         error=reach,
     )
     ranking = replace(ranking, ties=summary)
-    return res, ranking
+    return res, ranking, ta
+
+
+def per_query_frame(plain: Any, ta: Any) -> Any:
+    """The per-query table a result file keeps: each tie-aware measure's
+    column holds the value its mean is reported from (the expected value over
+    the orders of tied documents, on the true ranking), so the column's mean
+    is the headline number; ``"<measure> tie_rule"`` keeps the store's own
+    ranking under the id-ascending tie rule."""
+    frame = plain.copy()
+    t = ta.per_query.set_index("query_id")
+    unscored = ~frame["query_id"].isin(t.index)
+    if unscored.any():  # the two passes score the same qrels queries
+        raise RuntimeError(
+            f"per-query table: {int(unscored.sum())} queries have no tie-aware values "
+            f"(e.g. {frame['query_id'][unscored].iloc[0]!r})"
+        )
+    for m in ta.measures:
+        if m in frame.columns:
+            expected = t[m].reindex(frame["query_id"]).to_numpy()
+            frame.insert(frame.columns.get_loc(m) + 1, f"{m} tie_rule", frame[m].to_numpy())
+            frame[m] = expected
+    return frame
 
 
 #: Queries whose answers are checked against the vectors when ann_fidelity is off.

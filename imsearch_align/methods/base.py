@@ -107,6 +107,12 @@ class AlignmentBase(ABC):
 
     #: Whether the transforms return scipy CSR matrices (a sparse space).
     sparse_output: ClassVar[bool] = False
+    #: Whether the transforms return unit-norm rows, so the aligned inner
+    #: product is a cosine. False: the inner product itself is the method's
+    #: similarity (CSA's correlation-weighted cosine, local CKA's score), and
+    #: a class-prompt ensemble then averages the prompt vectors without
+    #: normalising them (a class scores the mean of its prompts' similarities).
+    cosine_output: ClassVar[bool] = True
     #: Whether ``_fit`` needs float64 arrays (False: it takes the input's float
     #: dtype and works blockwise; see the module docstring).
     fit_float64: ClassVar[bool] = True

@@ -19,7 +19,7 @@ way that cannot be indexed).
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 from scipy.optimize import linear_sum_assignment
@@ -124,6 +124,10 @@ class LocalCKA(AlignmentBase):
             :meth:`similarity` then raises).
         sigma_image_, sigma_text_: RBF widths (``rbf`` only).
     """
+
+    #: The inner product of the two factorised sides is the CKA score itself
+    #: (rows are not unit-norm: their norms carry the HSIC normalisation).
+    cosine_output: ClassVar[bool] = False
 
     def __init__(self, kernel: str = "linear", *, base_size: int | None = None, seed: int = 0):
         self.kernel = kernel

@@ -36,7 +36,7 @@ uses ``Kxx^-1/2 U`` (upstream ``ReNormalizedCCA`` applies ``U' Kxx^-1/2``).
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -135,6 +135,10 @@ class CSA(AlignmentBase):
         eps_: the ridge actually used (``eps``, or what the default chose).
         rho_: the weights used in the score (``canonical_correlations_`` or ones).
     """
+
+    #: Rows are unit-norm canonical scores scaled by sqrt(rho) per dimension:
+    #: the inner product is the correlation-weighted cosine, not a cosine of rows.
+    cosine_output: ClassVar[bool] = False
 
     def __init__(
         self,

@@ -236,3 +236,73 @@ def test_list_tasks_names_each_task_and_its_source(tmp_path):
         "captioning",
     ):
         assert name in p.stdout
+
+
+@pytest.mark.parametrize("sparse", [False, True])
+def test_class_vectors_in_an_inner_product_space_score_the_mean_similarity(sparse):
+    """Rows that are not unit-norm (CSA, local CKA): a class scores the mean of
+    its prompts' similarities; CLIP_benchmark's normalise-average-normalise
+    would rescale each class by its own factor and reorder the classes."""
+    import scipy.sparse as sp
+
+    from imsearch_align.experiment.tasks.classification import class_vectors
+
+    rng = np.random.default_rng(0)
+    C, T, d = 6, 3, 8
+    P = rng.standard_normal((C * T, d)) * rng.uniform(0.1, 3.0, (C * T, 1))  # uneven norms
+    q = rng.standard_normal((50, d))
+    want = (q @ P.T).reshape(50, C, T).mean(axis=2)
+    got = class_vectors(sp.csr_matrix(P) if sparse else P, C, T, cosine=False)
+    got = got.toarray() if sparse else got
+    np.testing.assert_allclose(q @ got.T.astype(np.float64), want, rtol=1e-5, atol=1e-5)
+    unit = P / np.linalg.norm(P, axis=1, keepdims=True)
+    clip = unit.reshape(C, T, d).mean(axis=1)
+    clip /= np.linalg.norm(clip, axis=1, keepdims=True)
+    cos = class_vectors(sp.csr_matrix(P) if sparse else P, C, T)
+    np.testing.assert_allclose(cos.toarray() if sparse else cos, clip, rtol=1e-5, atol=1e-6)
+    assert ((q @ clip.T).argmax(1) != want.argmax(1)).any()  # the two differ on this data
+
+
+@pytest.mark.parametrize(("method", "cosine"), [("identity", True), ("csa", False)])
+def test_classification_ensemble_follows_the_methods_geometry(method, cosine, monkeypatch):
+    from imsearch_align.experiment.tasks import classification
+
+    seen = []
+    real = classification.class_vectors
+
+    def spy(*a, **kw):
+        seen.append(kw.get("cosine", True))
+        return real(*a, **kw)
+
+    monkeypatch.setattr(classification, "class_vectors", spy)
+    params = {"eps": 1e-2} if method == "csa" else {}
+    r = run_experiment(
+        _cfg("classification", CLASSES, method_params=params).replace(method=method),
+        progress=False,
+    )
+    assert r.status.state != "failed", r.status
+    assert seen == [cosine]
+
+
+def test_mean_per_class_recall_averages_expected_hits_per_class():
+    """Tie-aware per-query top-1 values (0.5: the true class tied with one
+    other) count as such, not as a hit of whichever class has the lower id."""
+    import pandas as pd
+
+    from imsearch_align.experiment.tasks.classification import _mean_per_class_recall
+
+    class DS:
+        images = pd.DataFrame({"image_id": [10, 11, 12, 13, 14], "label": [0, 0, 1, 1, 2]})
+
+    pq = pd.DataFrame({"query_id": [10, 11, 12, 13, 14], "Accuracy": [1.0, 0.5, 0.5, 0.0, 1.0]})
+    got = _mean_per_class_recall(DS, np.array([10, 11, 12, 13, 14]), pq)
+    assert got == pytest.approx((0.75 + 0.25 + 1.0) / 3, abs=1e-15)
+    from sklearn.metrics import balanced_accuracy_score  # 0/1 hits: sklearn's definition
+
+    hits = np.array([1.0, 0.0, 1.0, 0.0, 1.0])
+    labels = DS.images["label"].to_numpy()
+    pred = np.where(hits > 0, labels, -1)
+    with pytest.warns(UserWarning):
+        want = balanced_accuracy_score(labels, pred)
+    got = _mean_per_class_recall(DS, np.array([10, 11, 12, 13, 14]), pq.assign(Accuracy=hits))
+    assert got == pytest.approx(want, abs=1e-15)

@@ -9,6 +9,8 @@ leaderboard must show the bounds and the number of tie-dependent queries.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -99,6 +101,25 @@ def test_every_store_value_lies_within_the_bounds(results):
         for name, r in res.rankings.items():
             for m, t in r.ties["measures"].items():
                 assert t["low"] - 1e-12 <= r.metrics[m] <= t["high"] + 1e-12, (store, name, m)
+
+
+def test_per_query_file_holds_the_values_the_means_are_reported_from(results):
+    """The per-query parquet's measure columns average to the headline metrics
+    (tie-aware), and its "tie_rule" columns to the store's own tie-rule means."""
+    import pandas as pd
+
+    for store, res in results.items():
+        pq = pd.read_parquet(Path(res.path).with_name(res.per_query_file))
+        differs = 0
+        for name, r in res.rankings.items():
+            rows = pq[pq["ranking"] == name]
+            for m, v in r.metrics.items():
+                if f"{m} tie_rule" not in rows:
+                    continue
+                assert rows[m].mean() == pytest.approx(v, abs=1e-12), (store, name, m)
+                assert rows[f"{m} tie_rule"].mean() == pytest.approx(r.tie_rule[m], abs=1e-12)
+                differs += int(abs(v - r.tie_rule[m]) > 1e-9)
+        assert differs, f"{store}: ties must move some measure on this data"
 
 
 @pytest.mark.integration

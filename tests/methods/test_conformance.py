@@ -120,6 +120,20 @@ def test_shapes_dtypes_and_transform_product_equals_similarity(case, pairs):
 
 
 @pytest.mark.parametrize("case", list(CASES))
+def test_cosine_output_says_whether_rows_are_unit_norm(case, pairs):
+    """The flag the class-prompt ensemble reads: True only where every row is
+    unit-norm (the inner product is a cosine); local CKA's rows are not."""
+    X, Y, Xq, Yq = data_for(case, pairs)
+    m = make(case).fit(X, Y)
+    norms = np.concatenate(
+        [np.linalg.norm(dense(T).astype(np.float64), axis=1)
+         for T in (m.transform_images(Xq), m.transform_texts(Yq))]
+    )  # fmt: skip
+    unit = bool(np.all(np.abs(norms - 1) < 1e-5))
+    assert m.cosine_output == unit, (case, norms.min(), norms.max())
+
+
+@pytest.mark.parametrize("case", list(CASES))
 def test_transform_does_not_modify_inputs_and_is_deterministic(case, pairs):
     X, Y, Xq, Yq = data_for(case, pairs)
     Xc = X.copy()

@@ -17,7 +17,6 @@ The result says which (``details["protocol"]``).
 
 from __future__ import annotations
 
-import warnings
 from collections.abc import Sequence
 from typing import Any
 
@@ -42,11 +41,26 @@ def class_prompts(class_names: Sequence[str], templates: Sequence[str]) -> list[
     return [t.replace("{c}", c).replace("{}", c) for c in class_names for t in templates]
 
 
-def class_vectors(prompt_vecs: Any, n_classes: int, n_templates: int) -> Any:
-    """Template ensemble as CLIP_benchmark does it: normalise each prompt's
-    vector, average over templates, normalise (dense or CSR)."""
+def class_vectors(
+    prompt_vecs: Any, n_classes: int, n_templates: int, *, cosine: bool = True
+) -> Any:
+    """Template ensemble (dense or CSR). In a cosine space (``cosine``: the
+    method's rows are unit-norm) as CLIP_benchmark does it: normalise each
+    prompt's vector, average over templates, normalise. In an inner-product
+    space (local CKA, whose inner product is the CKA score and whose row norms
+    carry its normalisation) the plain average of the prompt vectors: a class
+    scores the mean of its prompts' similarities; normalising would rescale
+    each class by its own factor and rank classes by something else."""
     import scipy.sparse as sp
 
+    if not cosine:
+        if is_sparse(prompt_vecs):
+            avg = sp.kron(
+                sp.eye(n_classes), np.ones((1, n_templates)) / n_templates, format="csr"
+            ) @ sp.csr_matrix(prompt_vecs, dtype=np.float64)
+            return sp.csr_matrix(avg, dtype=np.float32)
+        v = np.asarray(prompt_vecs, dtype=np.float64)
+        return v.reshape(n_classes, n_templates, -1).mean(axis=1).astype(np.float32)
     if is_sparse(prompt_vecs):
         m = sp.csr_matrix(prompt_vecs, dtype=np.float64)
         norms = np.sqrt(np.asarray(m.multiply(m).sum(axis=1)).ravel())
@@ -131,7 +145,9 @@ class Classification(Task):
             "text", ctx.encode_texts(class_prompts(names, templates), "class prompts")
         )
         if cfg.ensemble == "mean":
-            docs, doc_ids, searcher = class_vectors(A_prompts, C, T), np.arange(C), None
+            cosine = getattr(ctx.method, "cosine_output", True)
+            docs = class_vectors(A_prompts, C, T, cosine=cosine)
+            doc_ids, searcher = np.arange(C), None
         else:
             docs, doc_ids = A_prompts, np.arange(C * T)
             searcher = ClassMappingStore(ctx.store, T, C)
@@ -165,16 +181,17 @@ class Classification(Task):
 
 
 def _mean_per_class_recall(ds: Any, test_ids: np.ndarray, per_query: pd.DataFrame) -> float:
-    """Balanced accuracy over the classes present in the test labels (CLIP_benchmark)."""
-    from sklearn.metrics import balanced_accuracy_score
+    """Balanced accuracy over the classes present in the test labels (CLIP_benchmark):
+    the mean over classes of the mean top-1 correctness of the class's images.
 
+    The correctness is the tie-aware per-query ``Accuracy`` (the expected top-1
+    hit over the orders of tied classes, as acc1 is reported), so a class tied
+    with its twin (two identical prompts) is not credited by class id. With
+    0/1 hits this is sklearn's ``balanced_accuracy_score``."""
     labels = ds.images.set_index("image_id").loc[test_ids, "label"].to_numpy()
     hit = per_query.set_index("query_id")["Accuracy"].reindex(test_ids).fillna(0).to_numpy()
-    # A correct top-1 predicts the true label; a wrong one predicts some other class:
-    # per-class recall only needs which predictions were right.
-    pred = np.where(hit > 0, labels, -1)
     if not len(labels):
         return float("nan")
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message="y_pred contains classes not in y_true")
-        return float(balanced_accuracy_score(labels, pred))
+    classes, inv = np.unique(labels, return_inverse=True)
+    per_class = np.bincount(inv, weights=hit, minlength=len(classes)) / np.bincount(inv)
+    return float(per_class.mean())

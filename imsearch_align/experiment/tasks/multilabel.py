@@ -57,7 +57,8 @@ class MultiLabel(Task):
         templates = list(ds.templates or ("a photo of a {c}.",))
         C, T = len(names), len(templates)
         raw = ctx.encode_texts(class_prompts(names, templates), "class prompts")
-        docs = class_vectors(ctx.transform("text", raw), C, T)
+        cosine = getattr(ctx.method, "cosine_output", True)
+        docs = class_vectors(ctx.transform("text", raw), C, T, cosine=cosine)
         test_ids = ctx.ids("image")
         sets = pd.Series(list(ds.label_sets), index=ds.images["image_id"].to_numpy()).loc[test_ids]
         ks = sorted({k for k in ctx.config.k_values if k <= C}) or [C]
