@@ -48,7 +48,7 @@ from imsearch_align.experiment import (
     run_experiment,
     shared_encoder,
 )
-from imsearch_align.experiment.report import HEADLINE_LEGEND, text_table
+from imsearch_align.experiment.report import HEADLINE_LEGEND, fmt, text_table
 from imsearch_align.framework.interfaces import StoreUnavailableError
 
 DEFAULT_IMAGE_ENCODER = ("hf-image", {"model": "facebook/dinov2-base"})
@@ -391,10 +391,18 @@ def _write_reports(ok: list[tuple[str, ExperimentResult]], out: Path) -> None:
     df = results_frame([r for _, r in ok])
     atomic_write(out / "benchmark.csv", df.to_csv(index=False))
     atomic_write(out / "leaderboard.md", to_markdown(df))
+    # The figures draw only results whose numbers are right (a degraded
+    # cell is in the tables, marked, but not a point on a curve).
+    clean = [(s, r) for s, r in ok if r.status.ok]
+    if len(clean) < len(ok):
+        print(f"figures: {len(ok) - len(clean)} degraded experiment(s) left out")
+    if not clean:
+        print(f"leaderboard:    {out / 'leaderboard.md'} (CSV: {out / 'benchmark.csv'})")
+        return
     # Quality does not depend on an exact store: one curve per method, from
     # the first store; throughput against quality compares the stores.
-    first = ok[0][0]
-    curve = [r for s, r in ok if s == first]
+    first = clean[0][0]
+    curve = [r for s, r in clean if s == first]
     png = learning_curve(
         curve,
         metric="t2i/HitRate@1",
@@ -402,9 +410,9 @@ def _write_reports(ok: list[tuple[str, ExperimentResult]], out: Path) -> None:
         title=f"{curve[0].dataset.name}: text-to-image HitRate@1 vs support pairs ({first})",
     )
     print(f"learning curve: {png}")
-    if len({s for s, _ in ok}) > 1:
+    if len({s for s, _ in clean}) > 1:
         qps_png = recall_vs_qps(
-            [r for _, r in ok], out_path=out / "recall_vs_qps_t2i.png", metric="t2i/HitRate@10"
+            [r for _, r in clean], out_path=out / "recall_vs_qps_t2i.png", metric="t2i/HitRate@10"
         )
         print(f"stores:         {qps_png}")
     print(f"leaderboard:    {out / 'leaderboard.md'} (CSV: {out / 'benchmark.csv'})")
@@ -513,7 +521,7 @@ def format_table(results: list[tuple[str, ExperimentResult]], ks: list[int]) -> 
 
 
 def _num(v: float | None) -> str:
-    return "-" if v is None else f"{v:.3f}"
+    return fmt(v, 3)
 
 
 if __name__ == "__main__":

@@ -14,8 +14,10 @@ through pyplot, so nothing changes matplotlib's global backend or state.
 
 from __future__ import annotations
 
+import json
 import math
 import os
+import warnings
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
@@ -61,7 +63,45 @@ def _as_results(results: Any) -> list[ExperimentResult]:
         raise TypeError(
             f"results must be ExperimentResult objects or paths to result files, got {bad[0]}"
         )
-    return [r for r in items if r.task is not None and r.status.state != "failed"]
+    usable = [r for r in items if r.task is not None]
+    degraded = [r for r in usable if r.status.state == "degraded"]
+    if degraded:
+        warnings.warn(
+            f"{len(degraded)} degraded result(s) left out of the plot (their numbers are not "
+            f"right: {degraded[0].status.reasons[0] if degraded[0].status.reasons else 'degraded'})",
+            stacklevel=3,
+        )
+    return [r for r in usable if r.status.ok]
+
+
+#: Config fields that do not change a result's numbers (or are the x axis / averaged).
+_NOT_A_LINE = frozenset(
+    {"n_support", "seed", "name", "cache_dir", "batch_size", "encode_batch_size", "workers"}
+)
+
+
+def _other_fields(
+    results: Sequence[ExperimentResult], shown: set[str], ignore: frozenset[str] = _NOT_A_LINE
+) -> dict[str, Any]:
+    """Parts for every config field that differs between ``results`` and is not
+    shown otherwise: results that differ in it are never one line or curve."""
+    records = [r.config.to_dict() for r in results]
+    fields = sorted({f for rec in records for f in rec} - ignore - shown)
+
+    def part(f: str) -> Any:
+        def text(r: ExperimentResult) -> str:
+            v = r.config.to_dict().get(f)
+            if isinstance(v, dict):
+                return f"{f}: {_params_text(v)}" if v else ""
+            return f"{f}={v}"
+
+        return text
+
+    return {
+        f: part(f)
+        for f in fields
+        if len({json.dumps(rec.get(f), sort_keys=True, default=str) for rec in records}) > 1
+    }
 
 
 def _value(r: ExperimentResult, key: str) -> float | None:
@@ -182,6 +222,9 @@ def learning_curve(
         "encoders": _encoders,
         "task": lambda r: str(_cfg(r, "task")),
     }
+    shown = {"method", "store", "store_params", "method_params", "dataset", "task"}
+    shown |= {"image_encoder", "text_encoder"}
+    parts.update(_other_fields(with_metric, shown))
     # A line is one configuration apart from N (and the seed, averaged);
     # its label names only what differs between the lines.
     varying = [name for name, f in parts.items() if len({f(r) for r in with_metric}) > 1]
@@ -301,8 +344,16 @@ def recall_vs_qps(
     if not pts:
         raise _missing_metric(metric, timed, "metric")
 
-    # One curve per (store, index type, method, N, dataset): the points of a
+    # One curve per (store, index type, method, N, dataset, and every other
+    # setting that differs: method parameters, encoders, ...): the points of a
     # curve differ only in the other store parameters (efSearch, nprobe...).
+    # (the search settings, workers and batch size, change the queries/s)
+    others = _other_fields(
+        pts,
+        {"store", "store_params", "method", "dataset"},
+        frozenset({"n_support", "seed", "name", "cache_dir", "encode_batch_size"}),
+    )
+
     def curve(r: ExperimentResult) -> tuple[str, ...]:
         sp = _cfg(r, "store_params") or {}
         return (
@@ -311,6 +362,7 @@ def recall_vs_qps(
             str(_cfg(r, "method")),
             str(_n_support(r)),
             str(_cfg(r, "dataset")),
+            *(f(r) for f in others.values()),
         )
 
     groups: dict[tuple[str, ...], list[ExperimentResult]] = defaultdict(list)

@@ -119,3 +119,48 @@ def test_metric_label():
     assert metric_label("t2i/HitRate@1") == "text→image HitRate@1"
     assert metric_label("t2i/R@1") == "text→image IR R@1"
     assert metric_label("classification/acc1") == "zero-shot classification acc1"
+
+
+@pytest.fixture
+def plotted(monkeypatch):
+    """(label, x, y) of every line learning_curve / recall_vs_qps draws."""
+    from matplotlib.axes import Axes
+
+    lines = []
+    real = Axes.plot
+
+    def spy(self, xs, ys, *a, **kw):
+        lines.append((kw.get("label"), list(xs), list(ys)))
+        return real(self, xs, ys, *a, **kw)
+
+    monkeypatch.setattr(Axes, "plot", spy)
+    return lines
+
+
+def test_a_degraded_result_is_left_out_of_the_curve_not_averaged_in(tmp_path, plotted):
+    ok = fake_result("csa", 100, 0.30)
+    bad = fake_result("csa", 100, 0.05)
+    bad = bad.with_(status=RunStatus("degraded", ("t2i: 60 of 100 queries failed",)))
+    with pytest.warns(UserWarning, match="1 degraded result.*60 of 100 queries failed"):
+        learning_curve([ok, bad], "t2i/HitRate@1", out_path=tmp_path / "lc.png")
+    assert [(x, y) for _, x, y in plotted] == [([100.0], [0.30])]
+
+
+def test_results_differing_in_a_hidden_setting_are_two_lines(tmp_path, plotted):
+    """Two image models (encoder params) are two lines, each labelled by its
+    model, not one line averaging them as if they were seeds."""
+    a, b = fake_result("csa", 100, 0.30), fake_result("csa", 100, 0.50)
+    a = a.with_(config=a.config.replace(image_encoder_params={"model": "dinov2-base"}))
+    b = b.with_(config=b.config.replace(image_encoder_params={"model": "dinov2-large"}))
+    learning_curve([a, b], "t2i/HitRate@1", out_path=tmp_path / "lc.png")
+    got = sorted((label, y) for label, _, y in plotted)
+    assert got == [
+        ("csa · image_encoder_params: model=dinov2-base", [0.30]),
+        ("csa · image_encoder_params: model=dinov2-large", [0.50]),
+    ]
+    plotted.clear()
+    qa = fake_result("csa", 100, 0.3, store_params={"index": "hnsw", "efSearch": 16}, qps=900)
+    qb = fake_result("csa", 100, 0.5, store_params={"index": "hnsw", "efSearch": 64}, qps=300)
+    qb = qb.with_(config=qb.config.replace(method_params={"sim_dim": 64}))
+    recall_vs_qps([qa, qb], out_path=tmp_path / "q.png", metric="t2i/HitRate@1")
+    assert sorted(len(x) for _, x, _ in plotted) == [1, 1]  # not one joined curve

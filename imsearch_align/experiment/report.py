@@ -17,9 +17,12 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+import numpy as np
+
 __all__ = [
     "HEADLINE_LEGEND",
     "flatten",
+    "fmt",
     "headline_columns",
     "headline_metrics",
     "label",
@@ -171,11 +174,25 @@ def flatten(result: Any) -> dict[str, Any]:
 
 
 def fmt(v: Any, digits: int = 4) -> str:
-    """A cell: ``-`` for missing, fixed decimals for floats."""
+    """A cell: ``-`` for missing, ``digits`` decimals for floats, more where
+    those would show a value that is not 0 or 1 as ``0.000`` or ``1.000``
+    (a HitRate of 0.9996 reads ``0.9996``, never as perfect; 0.0004 never as 0)."""
     if v is None:
         return "-"
-    if isinstance(v, float):
-        return "nan" if math.isnan(v) else f"{v:.{digits}f}"
+    if isinstance(v, float | np.floating):
+        v = float(v)
+        if math.isnan(v):
+            return "nan"
+        text = f"{v:.{digits}f}"
+        d = digits
+        while abs(float(text)) in (0.0, 1.0) and abs(v) not in (0.0, 1.0):
+            if d == 8:  # still 0 or 1 at 8 decimals: the last digit towards v
+                step = 10.0**-d
+                r = (math.floor if abs(v) < 1 and abs(v) > 0.5 else math.ceil)(abs(v) / step)
+                return f"{math.copysign(r * step, v):.{d}f}"
+            d += 1
+            text = f"{v:.{d}f}"
+        return text
     return str(v)
 
 

@@ -39,6 +39,14 @@ def _ranking(name: str, t: Mapping[str, Any], flat: Mapping[str, Any]) -> dict[s
     tim = t.get("timings") or {}
     n_batches = int(tim.get("n_batches", 0) or 0)
     timings = {k: tim.get(k) for k in _SEARCH_TIMINGS if k in tim}
+    # 0.1.0's queries_per_s divided by the whole evaluation (search and
+    # scoring); schema 2's is search throughput, 0.1.0's search_queries_per_s.
+    if tim.get("search_queries_per_s") is not None:
+        timings["queries_per_s"] = tim["search_queries_per_s"]
+    elif tim.get("search_s") and tim.get("queries_per_s") and tim.get("total_s"):
+        timings["queries_per_s"] = tim["queries_per_s"] * tim["total_s"] / tim["search_s"]
+    else:
+        timings.pop("queries_per_s", None)  # not the same quantity: no figure, not a wrong one
     timings.update(
         index_build_s=float(t.get("index_build_s", 0.0) or 0.0),
         n_batches=n_batches,

@@ -6,6 +6,7 @@ import json
 import math
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from imsearch_align.experiment import (
@@ -106,7 +107,11 @@ def test_files_written_by_0_1_0_still_load():
         assert r.metrics[name] == pytest.approx(v, abs=0), name
     t2i = r.rankings["t2i"]
     assert t2i.n_queries == raw["tasks"]["t2i"]["n_queries"]
-    assert t2i.timings.queries_per_s == raw["tasks"]["t2i"]["timings"]["queries_per_s"]
+    # schema 2's queries_per_s is search throughput: 0.1.0's search_queries_per_s
+    # (its queries_per_s divided by search and scoring time together)
+    old = raw["tasks"]["t2i"]["timings"]
+    assert t2i.timings.queries_per_s == old["search_queries_per_s"]
+    assert t2i.timings.queries_per_s == pytest.approx(t2i.n_queries / old["search_s"], rel=1e-9)
     assert t2i.intervals["R@1"] == tuple(raw["tasks"]["t2i"]["intervals"]["R@1"])
     assert r.provenance.versions["numpy"] == raw["environment"]["versions"]["numpy"]
     assert r.dataset.n_support_pairs == raw["dataset"]["n_support_pairs"]
@@ -127,3 +132,30 @@ def test_failed_sweep_cell_of_0_1_0_loads_as_failed():
     d = {"config": ExperimentConfig().to_dict(), "error": "RuntimeError: boom"}
     r = ExperimentResult.from_dict(d)
     assert r.status.state == "failed" and r.status.error == "RuntimeError: boom" and r.task is None
+
+
+@pytest.mark.parametrize(
+    ("value", "digits", "text"),
+    [
+        (0.9996, 3, "0.9996"),  # never shown as a perfect 1.000
+        (0.000545, 3, "0.001"),
+        (0.0004, 3, "0.0004"),  # never shown as 0.000
+        (1.0, 3, "1.000"),
+        (0.0, 4, "0.0000"),
+        (0.12345, 4, "0.1235"),
+        (0.99999999999, 3, "0.99999999"),
+        (1e-12, 3, "0.00000001"),
+        (-0.00004, 3, "-0.00004"),
+        (12.5, 3, "12.500"),
+        (float("nan"), 3, "nan"),
+        (None, 3, "-"),
+        (3, 3, "3"),
+    ],
+)
+def test_a_value_short_of_0_or_1_never_prints_as_0_or_1(value, digits, text):
+    from imsearch_align.experiment.report import fmt
+
+    assert fmt(value, digits) == text
+    f32 = np.float32(value) if isinstance(value, float) else None
+    if f32 is not None and f32 == f32 and f32 not in (0.0, 1.0):  # numpy floats alike
+        assert float(fmt(f32, digits)) not in (0.0, 1.0)
