@@ -20,6 +20,7 @@ in a ``status`` column and is never bolded as best.
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import math
 import numbers
@@ -207,10 +208,35 @@ def _header(col: str) -> str:
     return {"image_encoder": "image enc", "text_encoder": "text enc"}.get(col, label(col))
 
 
+#: Config fields a row's other columns already show, or that change no number.
+_NOT_SETTINGS = frozenset(
+    {*ID_COLUMNS, "n_support", "cache_dir", "encode_batch_size", "method_params", "store_params"}
+    | {"task_params"}
+)
+
+
+def _hidden_settings(df: pd.DataFrame) -> list[str]:
+    """Config columns (``seed``, ``image_encoder_params.model``, ``dataset_params.root``,
+    ``k_values``...) whose values differ between rows and that no other column
+    shows: rows differing only there would look like one experiment twice."""
+    from imsearch_align.experiment.config import ExperimentConfig
+
+    fields = {f.name for f in dataclasses.fields(ExperimentConfig)} - _NOT_SETTINGS
+    out = []
+    for c in df.columns:
+        if str(c).split(".", 1)[0] in fields:
+            vals = df[c].map(lambda v: "" if _missing(v) else repr(v))
+            if vals.nunique() > 1:
+                out.append(c)
+    return out
+
+
 def _params_column(df: pd.DataFrame) -> pd.Series | None:
-    cols = [
+    own = [
         c for c in df.columns if c.startswith(("method_params.", "store_params.", "task_params."))
     ]
+    hidden = _hidden_settings(df) if len(df) > 1 else []
+    cols = own + hidden
     if not cols:
         return None
 
@@ -222,7 +248,7 @@ def _params_column(df: pd.DataFrame) -> pd.Series | None:
                 continue
             if isinstance(v, float) and v.is_integer():  # NaN elsewhere made the column float
                 v = int(v)
-            parts.append(f"{c.split('.', 1)[1]}={v}")
+            parts.append(f"{c.split('.', 1)[1] if c in own else c}={v}")
         return ", ".join(parts)
 
     s = df.apply(cell, axis=1)

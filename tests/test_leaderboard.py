@@ -210,3 +210,25 @@ def test_a_degraded_row_is_marked_ranked_after_ok_rows_and_never_bold():
     assert body[2][col] == "0.9500"  # never bold, though higher
     assert not any("**" in cell for cell in body[2])
     assert "40 of 90 queries failed" in md  # the reason is shown
+
+
+def test_rows_differing_only_in_a_hidden_setting_say_how_they_differ():
+    """Two image models and two seeds of one (method, store, N): each row's
+    params cell names what sets it apart, so no two rows read the same."""
+    rows = []
+    for model, seed, hit in (
+        ("dinov2-base", 0, 0.3),
+        ("dinov2-large", 0, 0.5),
+        ("dinov2-large", 1, 0.4),
+    ):
+        r = fake_result("csa", "faiss", 1000, hit)
+        cfg = r.config.replace(image_encoder_params={"model": model}, seed=seed)
+        rows.append(r.with_(config=cfg))
+    header, body = _table(to_markdown(results_frame(rows)))
+    params = [row[header.index("params")] for row in body]
+    assert len(set(params)) == 3, params
+    assert "seed=1" in params[body.index(next(b for b in body if "0.4000" in b))]
+    assert all("image_encoder_params.model=dinov2-" in p for p in params)
+    # one experiment alone: nothing hidden to tell apart
+    header, body = _table(to_markdown(results_frame(rows[:1])))
+    assert "image_encoder_params" not in "".join(body[0])
