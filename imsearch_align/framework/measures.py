@@ -365,8 +365,9 @@ TASK_MEASURES: tuple[TaskMeasure, ...] = (
         "multilabel",
         "imsearch_align.diagnostics.multilabel.multilabel_map",
         "CLIP_benchmark mean_average_precision (torchnet AP)",
-        "mean over classes of the average precision of the images ranked by class score; "
-        "a class without positives scores 0 and counts",
+        "mean over classes of the average precision of the images ranked by class score "
+        "(float64 inner products; expected over the orders of tied images); a class without "
+        "positives scores 0 and counts",
         "mean_average_precision",
     ),
     TaskMeasure(

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 import pytest
 from sklearn.metrics import average_precision_score
@@ -27,10 +29,49 @@ def test_hand_cases():
     assert multilabel_map([[0.9], [0.8], [0.7]], [[1], [0], [1]]).per_class_ap[0] == pytest.approx(
         (1 + 2 / 3) / 2
     )
-    # Tied scores rank by ascending sample index (sklearn would give 0.5 too here,
-    # but for the reason of grouping: index order is the documented rule).
-    assert multilabel_map([[0.5], [0.5]], [[0], [1]]).per_class_ap[0] == 0.5
-    assert multilabel_map([[0.5], [0.5]], [[1], [0]]).per_class_ap[0] == 1.0
+    # Tied scores: the expected AP over both orders, whichever sample comes first
+    # in the table ((1/2 + 1) / 2; torchnet's index order gave 0.5 or 1.0).
+    assert multilabel_map([[0.5], [0.5]], [[0], [1]]).per_class_ap[0] == 0.75
+    assert multilabel_map([[0.5], [0.5]], [[1], [0]]).per_class_ap[0] == 0.75
+
+
+def _brute_force_ap(scores, rel, tol):
+    """Mean AP over every order of the tied samples (equal within tol, chained)."""
+    from imsearch_align.framework.ties import _is_link
+
+    order = np.argsort(-scores, kind="stable")
+    sc, rl = scores[order], rel[order]
+    groups, cur = [], [0]
+    for i in range(1, len(sc)):
+        if _is_link(sc[i - 1], sc[i], tol):
+            cur.append(i)
+        else:
+            groups.append(cur)
+            cur = [i]
+    groups.append(cur)
+    aps = []
+    for perm in itertools.product(*(itertools.permutations(g) for g in groups)):
+        seq = rl[[i for g in perm for i in g]]
+        hits = np.cumsum(seq)
+        aps.append(float((seq * hits / np.arange(1, len(seq) + 1)).sum() / max(seq.sum(), 1)))
+    return float(np.mean(aps))
+
+
+@pytest.mark.parametrize("seed", range(6))
+@pytest.mark.parametrize("tol", [0.0, 1e-6])
+def test_tied_scores_give_the_expected_ap_over_every_order(seed, tol):
+    """Against brute force over every order of every tie group, and the same
+    whatever order the samples come in."""
+    rng = np.random.default_rng(seed)
+    n = 8
+    scores = rng.integers(0, 3, n).astype(np.float64)  # groups of equal scores
+    scores += rng.choice([0.0, 1e-7, 0.25], n) * (tol > 0)  # near-ties chain within tol
+    rel = (rng.random(n) < 0.5).astype(float)
+    got = multilabel_map(scores[:, None], rel[:, None], tol=tol).per_class_ap[0]
+    assert got == pytest.approx(_brute_force_ap(scores, rel, tol), abs=1e-12)
+    p = rng.permutation(n)
+    again = multilabel_map(scores[p, None], rel[p, None], tol=tol).per_class_ap[0]
+    assert again == pytest.approx(got, abs=1e-12)
 
 
 def test_bad_targets():

@@ -306,3 +306,20 @@ def test_mean_per_class_recall_averages_expected_hits_per_class():
         want = balanced_accuracy_score(labels, pred)
     got = _mean_per_class_recall(DS, np.array([10, 11, 12, 13, 14]), pq.assign(Accuracy=hits))
     assert got == pytest.approx(want, abs=1e-15)
+
+
+@pytest.mark.parametrize("sparse", [False, True])
+def test_true_scores_are_the_float64_products_in_any_block_size(sparse):
+    import scipy.sparse as sp
+
+    from imsearch_align.experiment.tasks.multilabel import true_scores
+
+    rng = np.random.default_rng(1)
+    Q = (rng.random((37, 11)) * (rng.random((37, 11)) < 0.4)).astype(np.float32)
+    D = (rng.random((5, 11)) * (rng.random((5, 11)) < 0.6)).astype(np.float32)
+    want = Q.astype(np.float64) @ D.astype(np.float64).T
+    q, d = (sp.csr_matrix(Q), sp.csr_matrix(D)) if sparse else (Q, D)
+    for block in (1, 8, 100):
+        got = true_scores(q, d, block=block)
+        assert got.dtype == np.float64 and got.shape == (37, 5)
+        np.testing.assert_allclose(got, want, rtol=1e-15, atol=1e-15)

@@ -1,13 +1,15 @@
 """Multi-label classification: class-prompt vectors scored against every image, mAP.
 
 Each class gets one vector in the aligned space (prompt ensemble as in
-zero-shot classification); the test images search the class vectors in the
-store for all ``C`` classes, and the scores give CLIP_benchmark's
-multi-label mean average precision: per class, rank the images by score,
-``AP_c = sum over positives of precision@i / #positives`` (torchnet's AP; a
-class without positives scores 0 and counts), mAP = mean over classes. The
-class ranking of each image is also scored (P@k, R@k, nDCG@k... with the
-image's label set as its relevant classes).
+zero-shot classification). CLIP_benchmark's multi-label mean average
+precision is computed from the float64 inner products of the aligned image
+and class vectors: per class, rank the images by score, ``AP_c = sum over
+positives of precision@i / #positives`` (torchnet's AP; a class without
+positives scores 0 and counts), expected over the orders of tied images
+(:func:`~imsearch_align.diagnostics.multilabel.multilabel_map`), mAP = mean
+over classes. The test images also search the class vectors in the store for
+all ``C`` classes, and each image's class ranking is scored (P@k, R@k,
+nDCG@k... with the image's label set as its relevant classes).
 """
 
 from __future__ import annotations
@@ -25,9 +27,25 @@ from imsearch_align.experiment.tasks.base import (
     require_split,
 )
 from imsearch_align.experiment.tasks.classification import class_prompts, class_vectors
+from imsearch_align.experiment.tie_aware import tolerance_for
 from imsearch_align.framework.metrics import Qrels
 
-__all__ = ["MultiLabel", "label_set_qrels"]
+__all__ = ["MultiLabel", "label_set_qrels", "true_scores"]
+
+
+def true_scores(queries: Any, docs: Any, block: int = 4096) -> np.ndarray:
+    """``(n_queries, n_docs)`` float64 inner products of the vectors (dense or
+    CSR), computed in row blocks of the queries."""
+    import scipy.sparse as sp
+
+    D = docs.astype(np.float64)
+    DT = D.T.tocsc() if sp.issparse(D) else np.ascontiguousarray(D.T)
+    out = np.empty((queries.shape[0], docs.shape[0]), dtype=np.float64)
+    for s in range(0, queries.shape[0], block):
+        q = queries[s : s + block].astype(np.float64)
+        prod = q @ DT
+        out[s : s + block] = prod.toarray() if sp.issparse(prod) else np.asarray(prod)
+    return out
 
 
 def label_set_qrels(image_ids: np.ndarray, label_sets: Any) -> Qrels:
@@ -65,7 +83,6 @@ class MultiLabel(Task):
         measures = [
             m for k in ks for m in (f"P@{k}", f"R@{k}", f"nDCG@{k}", f"AP@{k}", f"HitRate@{k}")
         ]
-        runs: dict[str, Any] = {}
         ranking = ctx.search(
             "multilabel",
             docs,
@@ -75,20 +92,13 @@ class MultiLabel(Task):
             label_set_qrels(test_ids, sets.tolist()),
             measures=measures,
             k=C,
-            runs=runs,
         )["multilabel"]
-        run = runs["multilabel"]
-        scores = np.full((len(test_ids), C), -np.inf)
-        row = pd.Index(test_ids).get_indexer(np.asarray(run.query_ids))
-        ok = run.doc_ids >= 0
-        r = np.repeat(row, run.k).reshape(run.doc_ids.shape)
-        scores[r[ok], run.doc_ids[ok]] = run.scores[ok]
+        images = ctx.aligned("image")  # rows in test_ids order
         targets = np.zeros((len(test_ids), C), dtype=np.int8)
         for i, s in enumerate(sets):
             targets[i, list(s)] = 1
-        res = multilabel_map(
-            np.where(np.isfinite(scores), scores, np.finfo(np.float64).min), targets
-        )
+        tol = tolerance_for(ctx.config, images, rescored=True)
+        res = multilabel_map(true_scores(images, docs), targets, tol=tol)
         details = {
             "n_classes": C,
             "n_templates": T,
