@@ -323,3 +323,24 @@ def test_true_scores_are_the_float64_products_in_any_block_size(sparse):
         got = true_scores(q, d, block=block)
         assert got.dtype == np.float64 and got.shape == (37, 5)
         np.testing.assert_allclose(got, want, rtol=1e-15, atol=1e-15)
+
+
+def test_ties_do_not_fall_to_the_true_pairs_in_matching():
+    """A collapsed space (every score equal) or blocks of identical vectors:
+    the true pairing is one of many equally good answers and must not be
+    chosen for being the solver's input order."""
+    from imsearch_align.experiment.tasks.matching import top1_accuracy
+
+    n = 200
+    flat = np.zeros((n, n))
+    assert top1_accuracy(flat) == pytest.approx(1 / n, abs=1e-15)
+    accs = [hungarian_accuracy(flat, seed=s)[0] for s in range(20)]
+    assert np.mean(accs) < 0.05  # about 1/n; the identity gave 1.0
+    block = np.kron(np.eye(n // 5), np.ones((5, 5)))  # 5 identical images and captions each
+    assert top1_accuracy(block) == pytest.approx(0.2, abs=1e-15)
+    accs = [hungarian_accuracy(block, seed=s)[0] for s in range(20)]
+    assert abs(np.mean(accs) - 0.2) < 0.05  # the expected value over the tied orders
+    # near-ties within the tolerance count as tied, beyond it they do not
+    near = np.eye(3) * 1e-14 + 0.5
+    assert top1_accuracy(near, 1e-12) == pytest.approx(1 / 3)
+    assert top1_accuracy(near, 0.0) == 1.0

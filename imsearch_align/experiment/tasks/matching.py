@@ -5,9 +5,11 @@ raw embeddings, as the local-CKA code does); the images and captions are
 shuffled by the assignment, and the Hungarian algorithm finds the
 one-to-one assignment that maximises the summed aligned score
 (``linear_sum_assignment(..., maximize=True)``, MMA's ``linear_matching``).
-**Matching accuracy** is the fraction of images assigned their own caption;
-``top1_accuracy`` (each image's best caption, no one-to-one constraint) is
-reported beside it.
+**Matching accuracy** is the fraction of images assigned their own caption
+(the captions are given to the solver in a seeded random order, so equally
+good assignments are not resolved in favour of the true pairs);
+``top1_accuracy`` (each image's best caption, no one-to-one constraint,
+expected over the orders of tied captions) is reported beside it.
 
 Up to ``dense_limit`` images the full score matrix is built. Above it, each
 image's and each caption's top ``candidates`` from the store form a sparse
@@ -25,24 +27,48 @@ import pandas as pd
 
 from imsearch_align.experiment.result import TaskResult
 from imsearch_align.experiment.tasks.base import Task, TaskUnsupportedError, require_split
+from imsearch_align.experiment.tie_aware import tolerance_for
 from imsearch_align.framework.metrics import Qrels
 from imsearch_align.framework.validation import check_int, is_sparse
 
-__all__ = ["Matching", "hungarian_accuracy"]
+__all__ = ["Matching", "hungarian_accuracy", "top1_accuracy"]
 
 
-def hungarian_accuracy(scores: np.ndarray) -> tuple[float, np.ndarray]:
+def hungarian_accuracy(scores: np.ndarray, seed: int = 0) -> tuple[float, np.ndarray]:
     """Accuracy of the max-score one-to-one assignment on a square ``scores``
-    whose diagonal holds the true pairs; returns ``(accuracy, assigned column per row)``."""
+    whose diagonal holds the true pairs; returns ``(accuracy, assigned column per row)``.
+
+    The columns are solved in a seeded random order: among equally good
+    assignments a solver returns the one nearest its input order, which would
+    be the true pairing itself (a collapsed space, every score equal, would
+    score 1.0 instead of about 1/n)."""
     from scipy.optimize import linear_sum_assignment
 
     s = np.asarray(scores, dtype=np.float64)
     if s.ndim != 2 or s.shape[0] != s.shape[1]:
         raise ValueError(f"scores must be a square matrix, got shape {s.shape}")
-    rows, cols = linear_sum_assignment(s, maximize=True)
+    perm = np.random.default_rng(seed).permutation(len(s))  # solved column j is column perm[j]
+    rows, cols = linear_sum_assignment(s[:, perm], maximize=True)
     assigned = np.empty(len(s), dtype=np.int64)
-    assigned[rows] = cols
+    assigned[rows] = perm[cols]
     return float(np.mean(assigned == np.arange(len(s)))), assigned
+
+
+def top1_accuracy(scores: np.ndarray, tol: float = 0.0) -> float:
+    """Share of rows whose best column is the diagonal one, expected over the
+    orders of the columns tied at the row's best score (within ``tol``
+    relative, chained as the harness ties): ``1 / group size`` when the true
+    column is in the group. ``argmax`` would give every tie to the lowest index."""
+    from imsearch_align.framework.ties import _is_link
+
+    s = np.asarray(scores, dtype=np.float64)
+    n = s.shape[0]
+    srt = -np.sort(-s, axis=1)
+    links = _is_link(srt[:, :-1], srt[:, 1:], float(tol))
+    size = np.where(links.all(axis=1), s.shape[1], np.argmin(links, axis=1) + 1)
+    last = srt[np.arange(n), size - 1]
+    own = s[np.arange(n), np.arange(n)]
+    return float(np.mean(np.where(own >= last, 1.0 / size, 0.0)))
 
 
 class Matching(Task):
@@ -120,8 +146,8 @@ class Matching(Task):
         if n <= self.dense_limit:
             S = A_img @ A_txt.T
             S = np.asarray(S.toarray() if is_sparse(S) else S, dtype=np.float64)
-            acc, _ = hungarian_accuracy(S)
-            top1 = float(np.mean(np.argmax(S, axis=1) == np.arange(n)))
+            acc, _ = hungarian_accuracy(S, seed=ctx.config.seed)
+            top1 = top1_accuracy(S, tolerance_for(ctx.config, A_img, rescored=True))
             path = "dense score matrix"
         else:
             acc, top1, rankings = self._sparse(ctx, A_img, A_txt, n)
@@ -156,19 +182,23 @@ class Matching(Task):
             cols.append(c)
             vals.append(s[ok].astype(np.float64))
         r, c, v = (np.concatenate(x) for x in (rows, cols, vals))
-        best = np.full(n, -1)
-        i2t = runs["i2t"]
-        best[np.asarray(i2t.query_ids, dtype=np.int64)] = i2t.doc_ids[:, 0]
-        top1 = float(np.mean(best == idx))
+        # each image's best caption: its tie-aware HitRate@1 (own caption relevant)
+        top1 = float(rankings["i2t"].metrics["HitRate@1"])
         # An edge found from both sides appears twice with the same score: keep one
         # (a sparse matrix would sum them).
         _, first = np.unique(r * n + c, return_index=True)
         r, c, v = r[first], c[first], v[first]
-        # Maximise the summed score == minimise sum(C - score) over a full matching (C > max).
+        # Maximise the summed score == minimise sum(C - score) over a full matching (C > max),
+        # captions in a seeded random order (see hungarian_accuracy: ties must not
+        # fall to the true pairs by input order).
         weights = (v.max() + 1.0) - v
-        G = sp.csr_matrix((weights, (r, c)), shape=(n, n))
+        perm = np.random.default_rng(ctx.config.seed).permutation(n)
+        where = np.empty(n, dtype=np.int64)
+        where[perm] = np.arange(n)
+        G = sp.csr_matrix((weights, (r, where[c])), shape=(n, n))
         try:
             _, matched = min_weight_full_bipartite_matching(G)
+            matched = np.where(matched >= 0, perm[np.maximum(matched, 0)], -1)
         except ValueError:
             raise ValueError(
                 f"task 'matching': the top-{self.candidates} candidate graph of {n} images has no "
