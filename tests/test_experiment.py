@@ -4,6 +4,7 @@ real SIGKILL, classification and perturbations with real encoders, bad input."""
 
 from __future__ import annotations
 
+import io
 import json
 import logging
 import os
@@ -833,3 +834,39 @@ def test_near_identical_rows_finds_equal_and_nearly_equal_rows_only():
     for b in (B, RowGather.of_array(B, np.arange(50))):
         hit = near_identical_rows(A, b, 1 - 1e-4, block=8)
         assert np.flatnonzero(hit).tolist() == [3, 7]
+
+
+def test_a_study_never_serves_one_roots_embeddings_for_another():
+    """Two shapes datasets of the same layout (same relative paths, same
+    fingerprint) under two roots hold other images: one Study embeds each."""
+    import tempfile
+
+    from imsearch_align.datasets import load_shapes
+    from imsearch_align.experiment import Study
+
+    class Widths:
+        id, modality, dim = "widths-test", "image", 1
+
+        def encode(self, items, **kw):
+            from PIL import Image
+
+            out = []
+            for it in items:
+                src = it if isinstance(it, str) else io.BytesIO(it)
+                with Image.open(src) as im:
+                    out.append([float(im.size[0])])
+            return np.asarray(out, dtype=np.float32)
+
+    with tempfile.TemporaryDirectory() as a, tempfile.TemporaryDirectory() as b:
+        small = load_shapes(a, n_images=20, size=32)
+        large = load_shapes(b, n_images=20, size=96)
+        assert small.fingerprint == large.fingerprint  # the layout alone
+        study, cfg = Study(), ExperimentConfig(cache_dir=None)
+        got = {}
+        for name, ds in (("small", small), ("large", large)):
+            ids = ds.split_ids("test", "image")
+            rows = study.embeddings(
+                ds, Widths(), "image", ids, split="test", config=cfg, progress=False
+            )
+            got[name] = set(np.asarray(rows).ravel().tolist())
+        assert got == {"small": {32.0}, "large": {96.0}}

@@ -193,7 +193,10 @@ class Study:
 
         if isinstance(provider, IdLookupProvider) and provider.lookup_by_id:
             return RowGather.of_provider(provider, ids)
-        key = (provider.id, ds.fingerprint, modality, split, config.cache_dir)
+        # The fingerprint covers paths relative to the root, not the files behind
+        # them: the same layout under another root (other images) is other data.
+        root = os.path.realpath(ds.root) if getattr(ds, "root", None) else None
+        key = (provider.id, ds.fingerprint, root, modality, split, config.cache_dir)
         if key not in self._splits:
             self._splits[key] = embed(
                 ds,

@@ -112,6 +112,12 @@ def batches(n: int, batch_size: int, *, progress: bool, desc: str) -> Iterator[s
 def load_image(item: Any) -> Any:
     """An RGB ``PIL.Image`` from a path, encoded bytes, a PIL image or an HWC uint8 array.
 
+    The pixels as stored: an EXIF orientation tag is not applied. That is how
+    CLIP_benchmark's loaders read Flickr30k and COCO, and how those captions
+    were written (in browsers that ignored the tag), so published numbers and
+    ours see the same images; a camera photo with the tag is embedded as
+    stored, which may be sideways.
+
     Raises :class:`BadImageError` naming the file when it cannot be decoded.
     """
     PIL_Image = import_optional("PIL.Image", "reading images")
@@ -140,17 +146,31 @@ def load_image(item: Any) -> Any:
         raise BadImageError(f"cannot read {what}: {type(exc).__name__}: {exc}") from exc
 
 
-def local_fingerprint(path: str | os.PathLike) -> str:
-    """A short hash of a local model folder's file names and sizes (cache-key part).
+#: Files up to this size are hashed by content in :func:`local_fingerprint`.
+_SMALL_FILE = 1 << 20
 
-    Sizes rather than contents: cheap for multi-GB weights, and a re-exported
-    or fine-tuned model changes its files' sizes or names in practice.
+
+def local_fingerprint(path: str | os.PathLike) -> str:
+    """A short hash of a local model file or folder (cache-key part).
+
+    Every file by name, size and modification time (``mtime_ns``), and the
+    small ones (configs, tokenizers, preprocessor settings: up to 1 MiB) by
+    content too. A retrained model saved over the old one keeps every
+    tensor's shape, so its weights file keeps its size: its time changes
+    (the content of multi-GB weights is not read). Copying a folder without
+    keeping times gives a new fingerprint: embeddings are recomputed, never
+    taken from another model.
     """
     p = Path(path)
     files = [p] if p.is_file() else sorted(f for f in p.rglob("*") if f.is_file())
-    h = hashlib.sha256()
+    h = hashlib.sha256(b"local-model/2;")
     for f in files:
-        h.update(f"{f.relative_to(p) if f != p else f.name}:{f.stat().st_size};".encode())
+        st = f.stat()
+        h.update(
+            f"{f.relative_to(p) if f != p else f.name}:{st.st_size}:{st.st_mtime_ns};".encode()
+        )
+        if st.st_size <= _SMALL_FILE:
+            h.update(hashlib.sha256(f.read_bytes()).digest())
     return h.hexdigest()[:12]
 
 

@@ -113,7 +113,9 @@ def test_torch_encoders_share_one_base_and_know_id_and_version_without_loading(t
     ]
     assert got["clip"][:1] == ["clip:openai/clip-vit-base-patch32:text:l2"]
     assert got["clip"][1] == "hub" or got["clip"][1].startswith("rev-")  # offline: no network read
-    assert got["efficientnet-lite0"][0] == "efficientnet-lite0:efficientnet-lite0:avgpool224:l2"
+    assert (
+        got["efficientnet-lite0"][0] == "efficientnet-lite0:efficientnet-lite0:avgpool224:tfpre:l2"
+    )
     assert got["efficientnet-lite0"][1].startswith("local-")
     assert all(v[2] for v in got.values())  # nothing loaded
 
@@ -135,3 +137,26 @@ def test_torch_encoder_base_errors_name_the_fix() -> None:
     with pytest.raises(TypeError, match="text items must be strings, got int at position 1"):
         enc.encode(["x", 3])
     assert enc._state is None  # rejected before loading anything
+
+
+def test_local_fingerprint_changes_when_a_model_is_saved_over_with_the_same_sizes(tmp_path):
+    """A retrained model keeps every tensor's shape, so its weights file keeps
+    its size: the fingerprint (the cache key's weights version) must change."""
+    import os
+
+    from imsearch_align.adapters.encoders._common import local_fingerprint
+
+    (tmp_path / "config.json").write_text('{"crop_size": 224}')
+    w = tmp_path / "model.safetensors"
+    w.write_bytes(b"\x00" * (2 << 20))  # above the content-hash size
+    before = local_fingerprint(tmp_path)
+    assert local_fingerprint(tmp_path) == before  # stable
+    st = w.stat()
+    w.write_bytes(b"\x01" * (2 << 20))  # retrained: same size, new time
+    os.utime(w, ns=(st.st_atime_ns, st.st_mtime_ns + 1_000_000))
+    after_weights = local_fingerprint(tmp_path)
+    assert after_weights != before
+    cfg_st = (tmp_path / "config.json").stat()
+    (tmp_path / "config.json").write_text('{"crop_size": 256}')  # same size, same time
+    os.utime(tmp_path / "config.json", ns=(cfg_st.st_atime_ns, cfg_st.st_mtime_ns))
+    assert local_fingerprint(tmp_path) != after_weights  # small files by content

@@ -218,3 +218,45 @@ def test_clip_both_modalities_match_direct_model(tmp_path: Path, tiny_vit: Path)
     assert img_enc.id != txt_enc.id
     with pytest.raises(ValueError, match="not a CLIP-style dual encoder"):
         _ = ENCODERS.get("clip")(str(tiny_vit), modality="image", device="cpu").dim
+
+
+def test_efficientnet_preprocessing_is_the_one_its_weights_were_trained_with() -> None:
+    """The weights are TensorFlow's EfficientNet-Lite0: with its eval input
+    (centre crop, (x - 127) / 128) the network's own classifier calls
+    scikit-learn's sample flower a daisy (ImageNet class 985) with confidence;
+    under ImageNet mean/std it was unsure (p = 0.08)."""
+    import torch
+    from PIL import Image
+    from sklearn.datasets import load_sample_image
+
+    from imsearch_align.adapters.encoders.efficientnet import _weights_file, preprocess
+
+    enet = pytest.importorskip("efficientnet_lite_pytorch")
+    net = enet.EfficientNet.from_pretrained("efficientnet-lite0", weights_path=_weights_file())
+    x = preprocess(Image.fromarray(load_sample_image("flower.jpg")))
+    assert x.shape == (3, 224, 224) and x.dtype == np.float32
+    assert -1.0 <= x.min() and x.max() <= 1.0  # (0 - 127) / 128 .. (255 - 127) / 128
+    with torch.no_grad():
+        p = torch.softmax(net.eval()(torch.from_numpy(x)[None]), 1)[0].numpy()
+    assert int(p.argmax()) == 985 and p[985] > 0.25, (int(p.argmax()), float(p[985]))
+
+
+def test_hf_image_cls_pooling_is_refused_for_a_backbone_without_a_cls_token(tmp_path: Path) -> None:
+    """Swin's tokens are merged patches: 'cls' would take the top-left patch
+    (no error, a wrong embedding); it is refused, and 'mean' averages every token."""
+    torch.manual_seed(0)
+    cfg = transformers.SwinConfig(
+        image_size=32, patch_size=4, embed_dim=8, depths=[1, 1], num_heads=[1, 1], window_size=2
+    )
+    transformers.SwinModel(cfg).save_pretrained(tmp_path)
+    transformers.ViTImageProcessor(size={"height": 32, "width": 32}).save_pretrained(tmp_path)
+    cls = ENCODERS.get("hf-image")(str(tmp_path), pooling="cls", device="cpu")
+    with pytest.raises(ValueError, match="has no CLS token: its first token is a patch"):
+        cls.encode(IMGS, progress=False)
+    enc = ENCODERS.get("hf-image")(str(tmp_path), pooling="mean", device="cpu", normalize=False)
+    out = enc.encode(IMGS, batch_size=2, progress=False)
+    model = transformers.AutoModel.from_pretrained(tmp_path).eval()
+    proc = transformers.AutoImageProcessor.from_pretrained(tmp_path)
+    with torch.no_grad():
+        h = model(**proc(images=IMGS, return_tensors="pt")).last_hidden_state
+    np.testing.assert_allclose(out, h.mean(1).numpy(), atol=1e-5)
