@@ -870,3 +870,63 @@ def test_a_study_never_serves_one_roots_embeddings_for_another():
             )
             got[name] = set(np.asarray(rows).ravel().tolist())
         assert got == {"small": {32.0}, "large": {96.0}}
+
+
+def test_the_run_seed_reaches_a_methods_own_random_choices():
+    """Local CKA samples its base set: a seed sweep must vary it (the config's
+    seed), unless method_params fix the method's seed."""
+    from imsearch_align.experiment.components import make_method
+
+    cfg = ExperimentConfig(method="cka", method_params={"base_size": 10})
+    rng = np.random.default_rng(0)
+    X, Y = rng.standard_normal((50, 6)), rng.standard_normal((50, 5))
+    bases = {}
+    for seed in (0, 1, 2):
+        m = make_method(cfg.replace(seed=seed))
+        assert m.seed == seed
+        bases[seed] = tuple(m.fit(X, Y).base_index_.tolist())
+    assert len(set(bases.values())) == 3, bases
+    fixed = cfg.replace(seed=2, method_params={"base_size": 10, "seed": 7})
+    assert make_method(fixed).seed == 7
+
+
+def test_geometry_never_compares_two_separate_models_raw_spaces(monkeypatch):
+    """Equal dimensions are not a shared space: raw geometry only for one model
+    (or precomputed vectors of one dimension); the entropy of a sparse space is
+    skipped whatever its size."""
+    import types
+
+    import pandas as pd
+    import scipy.sparse as sp
+
+    from imsearch_align.diagnostics import diagnose
+    from imsearch_align.experiment.geometry import space_diagnostics
+
+    rng = np.random.default_rng(0)
+    n = 40
+    E = rng.standard_normal((n, 8)).astype(np.float32)
+
+    def ctx_for(image_encoder, text_encoder):
+        cfg = ExperimentConfig(image_encoder=image_encoder, text_encoder=text_encoder)
+        ds = types.SimpleNamespace(
+            texts=pd.DataFrame({"text_id": np.arange(n), "image_id": np.arange(n)})
+        )
+        return types.SimpleNamespace(
+            dataset=ds,
+            config=cfg,
+            ids=lambda m: np.arange(n),
+            aligned=lambda m: E,
+            raw=lambda m: E if m == "image" else E[::-1].copy(),
+            clock=lambda name: __import__("contextlib").nullcontext(),
+        )
+
+    sep = space_diagnostics(ctx_for("hf-image", "sentence-transformers"))
+    assert "separate models" in sep["raw"]["skipped"] and "gap" in sep["aligned"]
+    joint = space_diagnostics(ctx_for("clip", "clip"))
+    assert "gap" in joint["raw"]
+    pre = space_diagnostics(ctx_for(None, None))
+    assert "gap" in pre["raw"]
+    S = sp.random(30, 200, density=0.05, format="csr", random_state=1)
+    S.data = np.abs(S.data)
+    small = diagnose(S, S.copy(), k=3, seed=0)  # densified (small), still sparse data
+    assert "not meaningful" in small["skipped"]["entropy"]

@@ -695,13 +695,15 @@ def diagnose(
     Sparse input (ASIF's relative representations) is densified when
     ``n * d <= max_dense_elements`` per modality. Larger sparse spaces get the
     gap, alignment, separability (sparse SVM) and uniformity (sparse Gram
-    chunks); the k-NN entropy is skipped with a reason: those vectors are
-    non-negative and k-sparse in R^M, far from the locally uniform sphere the
-    estimator and its ``log |S^(M-1)|`` reference assume.
+    chunks). The k-NN entropy of a sparse space is skipped with a reason,
+    whatever its size: those vectors are non-negative and k-sparse in R^M,
+    far from the locally uniform sphere the estimator and its
+    ``log |S^(M-1)|`` reference assume.
     """
     t = _check_t(t)
     k = check_int(k, "k", low=1)
     sparse = is_sparse(image_emb) or is_sparse(text_emb)
+    sparse_input = sparse
     if sparse:
         shape = image_emb.shape
         if shape[0] * shape[1] <= max_dense_elements:
@@ -742,12 +744,12 @@ def diagnose(
     secs["separability"] = time.perf_counter() - t0
 
     # One Gram pass per modality serves both uniformity and the k-NN search.
-    want_knn = not sparse and n >= k + 1
+    want_knn = not sparse_input and n >= k + 1
     if not want_knn:
         out["skipped"]["entropy"] = (
-            "sparse space too large to densify: k-sparse non-negative vectors are not "
-            "locally uniform on S^(d-1), so the spherical k-NN entropy is not meaningful"
-            if sparse
+            "sparse space: k-sparse non-negative vectors are not locally uniform on "
+            "S^(d-1), so the spherical k-NN entropy is not meaningful"
+            if sparse_input
             else f"needs at least k + 1 = {k + 1} points, got {n}"
         )
     m = min(k + _EXTRA_CANDIDATES, n - 1)

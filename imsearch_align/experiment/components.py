@@ -95,12 +95,16 @@ def shared_encoder(name: str, modality: str, params: Mapping[str, Any] | None = 
 
 def make_method(config: ExperimentConfig, *, progress: bool = False) -> Any:
     """An unfitted method instance; a method that takes ``progress`` (a bar over
-    its blocks, ASIF) follows the run's setting unless the config sets it."""
+    its blocks, ASIF) follows the run's setting, and one that takes ``seed``
+    (local CKA's base-set sample) the run's seed, unless the config sets them:
+    a seed sweep varies every random choice of the fit."""
     factory = METHODS.get(config.method)
     kw = dict(config.method_params)
     acc = _accepted(factory)
     if acc is not None and "progress" in acc[0]:
         kw.setdefault("progress", progress)
+    if acc is not None and "seed" in acc[0]:
+        kw.setdefault("seed", config.seed)
     return factory(**kw)
 
 

@@ -3,7 +3,9 @@
 Computed on paired test rows (each test image with its first caption) with
 :func:`imsearch_align.diagnostics.diagnose`: modality gap, linear
 separability of the modalities, alignment and uniformity, k-NN entropy. The
-raw spaces are compared only when the two encoders have one dimension.
+raw spaces are compared only when they are one space: one model for both
+modalities (CLIP) or precomputed vectors of one dimension; two separate
+encoders that happen to share a dimension share no coordinates.
 """
 
 from __future__ import annotations
@@ -41,12 +43,24 @@ def space_diagnostics(ctx: Any) -> dict[str, Any]:
     out: dict[str, Any] = {}
     spaces = {"aligned": (ctx.aligned("image"), ctx.aligned("text"))}
     E_img, E_txt = ctx.raw("image"), ctx.raw("text")
-    if E_img.shape[1] == E_txt.shape[1]:
-        spaces["raw"] = (E_img, E_txt)
-    else:
+    cfg = ctx.config
+    separate = cfg.image_encoder is not None and (
+        cfg.image_encoder != cfg.text_encoder
+        or dict(cfg.image_encoder_params) != dict(cfg.text_encoder_params)
+    )
+    if E_img.shape[1] != E_txt.shape[1]:
         out["raw"] = {
             "skipped": f"raw spaces differ in dimension ({E_img.shape[1]} vs {E_txt.shape[1]})"
         }
+    elif separate:
+        # Equal dimensions alone do not make a shared space: the gap, alignment
+        # and separability of two unrelated coordinate systems mean nothing.
+        out["raw"] = {
+            "skipped": f"the raw spaces come from two separate models ({cfg.image_encoder} and "
+            f"{cfg.text_encoder}): they share no coordinates, only a dimension"
+        }
+    else:
+        spaces["raw"] = (E_img, E_txt)
     for name, (a, b) in spaces.items():
         try:
             with ctx.clock("diagnostics_s"):
