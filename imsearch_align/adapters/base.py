@@ -205,6 +205,12 @@ def check_vectors(x: Any, name: str, info: CollectionInfo) -> Any:
         raise ValueError(
             f"{name} must have dimension {info.dim} (collection {info.name!r}), got {m.shape[1]}"
         )
+    if info.sparse and not m.has_canonical_format:
+        # Duplicate (row, column) entries mean their sum (scipy's reading, and
+        # the truth check's); a store that maps a row to {column: value}
+        # (Milvus) would keep only one of them. Sorted, summed: one per column.
+        m = m.copy()
+        m.sum_duplicates()
     return m
 
 

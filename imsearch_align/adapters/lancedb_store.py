@@ -24,7 +24,12 @@ from typing import Any
 
 import numpy as np
 
-from imsearch_align.adapters.base import BaseStore, CollectionInfo, finalize_rows
+from imsearch_align.adapters.base import (
+    BaseStore,
+    CollectionInfo,
+    finalize_rows,
+    search_closing_ties,
+)
 from imsearch_align.framework.interfaces import SearchResult
 from imsearch_align.framework.registry import STORES
 from imsearch_align.framework.validation import check_int
@@ -144,6 +149,19 @@ class LanceDBStore(BaseStore):
             )
 
     def _search(self, info: CollectionInfo, queries: np.ndarray, k: int) -> SearchResult:
+        if self.index == "ivf_flat":  # approximate: the index's own k
+            ids, scores = self._fetch(info, queries, k)
+            return finalize_rows(ids, scores, k)
+        # Exact: LanceDB keeps any k of the documents tied at the k-th score;
+        # the tie rule (lowest ids) needs the whole group (search_closing_ties).
+        n = int(info.state.count_rows())
+        ids, scores = search_closing_ties(
+            lambda rows, limit: self._fetch(info, queries[rows], limit), queries.shape[0], n, k
+        )
+        return finalize_rows(ids, scores, k)
+
+    def _fetch(self, info: CollectionInfo, queries: np.ndarray, k: int) -> tuple[Any, Any]:
+        """``(ids, scores)`` ``(nq, k)`` of LanceDB's top-k per query row (padded)."""
         nq = queries.shape[0]
         ids = np.full((nq, k), -1, dtype=np.int64)
         scores = np.full((nq, k), -np.inf, dtype=np.float32)
@@ -173,7 +191,7 @@ class LanceDBStore(BaseStore):
             col = np.arange(len(qi)) - start
             ids[lo + qi, col] = hid
             scores[lo + qi, col] = sc
-        return finalize_rows(ids, scores, k)
+        return ids, scores
 
     def _drop(self, info: CollectionInfo) -> None:
         if info.state is not None:

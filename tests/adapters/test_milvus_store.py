@@ -400,6 +400,28 @@ def test_sparse_equals_exact_store(env: Env) -> None:
     _assert_same_topk(got, _exact(X, ids, Q, 10, sparse=True))
 
 
+def test_duplicate_sparse_entries_are_summed_as_everywhere(env: Env) -> None:
+    """A CSR row holding a column twice means the sum (scipy, ExactStore, the
+    truth check); a {column: value} row kept only the last value."""
+    if not env.supports_sparse:
+        pytest.skip("Milvus 2.3 has no sparse vectors (SPARSE_FLOAT_VECTOR arrived in 2.4)")
+    # doc 5: column 0 twice (1 + 2) and column 1 = 3 -> query [1, 1, 0] scores 6
+    X = sp.csr_matrix(
+        (np.array([1.0, 2.0, 3.0, 3.0], np.float32), np.array([0, 0, 1, 1]), np.array([0, 3, 4])),
+        shape=(2, 3),
+    )
+    Q = sp.csr_matrix(
+        (np.array([1.0, 1.0, 1.0], np.float32), np.array([1, 1, 0]), np.array([0, 3])),
+        shape=(1, 3),
+    )  # column 1 twice: 2, column 0: 1
+    env.store.create_collection("dups", sparse=True)
+    env.store.insert("dups", X, np.array([5, 6]))
+    got = env.store.search("dups", Q, 2)
+    assert got.ids.tolist() == [[5, 6]]
+    np.testing.assert_allclose(got.scores, [[1 * 3 + 2 * 3, 2 * 3]], rtol=1e-6)
+    _assert_same_topk(got, _exact(X, np.array([5, 6]), Q, 2, sparse=True))
+
+
 @integration
 def test_hnsw_recall_on_clustered_data(env: Env) -> None:
     rng = np.random.default_rng(3)
