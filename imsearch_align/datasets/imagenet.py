@@ -20,8 +20,11 @@ Local layouts (detected in this order):
   ``ImageId`` may carry a file suffix (``.JPEG``, ``.jpeg``...); files are
   matched by stem whatever their suffix's case.
 
-The classes are those of the mapping file (or of the folders present, in
-WordNet-id order). Class names are the curated CLIP names shipped in
+The classes are those of the mapping file; without one, the standard
+1,000 (in their standard order) when every folder is an ImageNet-1k id,
+whichever of them are present, else the folders present, in WordNet-id
+order. Image files beside the class folders are refused (they would be
+left out). Class names are the curated CLIP names shipped in
 ``imsearch_align/data/imagenet_classnames.json`` for the standard synsets,
 else the first WordNet lemma of the mapping; the 80 OpenAI prompt templates
 ship in ``imagenet_templates.json``. The texts table pairs every image with
@@ -130,18 +133,20 @@ def _read_mapping(mapping: Path) -> tuple[list[str], list[str]]:
 
 
 def _class_names(wnids: list[str], lemmas: list[str] | None) -> tuple[str, ...]:
-    """CLIP's curated names for standard synsets, else the mapping's first lemma."""
+    """Per synset: CLIP's curated name for a standard one (so 'crane' the bird and
+    the machine keep their two names), else the mapping's first lemma."""
     std = {w: i for i, w in enumerate(imagenet_wnids())}
     clip = imagenet_classnames()
-    if all(w in std for w in wnids):
-        return tuple(clip[std[w]] for w in wnids)
-    if lemmas is None:
-        odd = [w for w in wnids if w not in std][:5]
+    odd = [w for w in wnids if w not in std]
+    if odd and lemmas is None:
         raise ValueError(
-            f"imagenet: folder(s) {odd} are not ImageNet-1k WordNet ids; add "
+            f"imagenet: folder(s) {odd[:5]} are not ImageNet-1k WordNet ids; add "
             "LOC_synset_mapping.txt ('n01440764 tench, Tinca tinca' per line) to name the classes"
         )
-    return tuple(lemmas)
+    return tuple(
+        clip[std[w]] if w in std else lemmas[i]  # type: ignore[index]
+        for i, w in enumerate(wnids)
+    )
 
 
 def _image_ids(stems: list[str]) -> np.ndarray:
@@ -175,8 +180,24 @@ def _from_class_folders(folder: Path, mapping: Path | None) -> tuple[pd.DataFram
                 f"imagenet: class folder(s) {extra[:5]} of {str(folder)!r} are not in "
                 f"{mapping.name}"
             )
+    elif set(present) <= set(imagenet_wnids()):
+        # Standard ids: the 1,000-way problem in the standard order, whatever
+        # folders are present (a partial extraction must not renumber the
+        # classes or make the problem smaller).
+        wnids, lemmas = list(imagenet_wnids()), None
     else:
         wnids, lemmas = present, None
+    loose = sum(1 for e in os.scandir(folder) if e.is_file() and _is_image(e.name))
+    if loose:
+        raise layout_error(
+            f"imagenet: {str(folder)!r} holds class folders and {loose:,} image file(s) beside "
+            "them, outside any class folder (an interrupted valprep.sh?); those would be left "
+            "out of the evaluation. Move them into their class folders, or remove the class "
+            "folders and use LOC_val_solution.csv",
+            folder,
+            IMAGENET_LAYOUT,
+            IMAGENET_HOW,
+        )
     class_of = {w: i for i, w in enumerate(wnids)}
     files, labels = [], []
     for w in present:

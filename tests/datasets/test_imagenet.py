@@ -30,7 +30,7 @@ def test_package_data_has_1000_classes_wnids_and_80_templates() -> None:
 
 
 def _fake_wnids(n: int) -> list[str]:
-    return [f"n{1440764 + i:08d}" for i in range(n)]  # not real synsets: names from the mapping
+    return [f"n{1 + i:08d}" for i in range(n)]  # not ImageNet-1k synsets: names from the mapping
 
 
 def test_kaggle_layout_labels_from_first_synset_names_from_mapping(
@@ -105,7 +105,9 @@ def test_valprep_class_folders(tmp_path: Path, published, under: str) -> None:
     # Oracle: the folder a file is in is its class; classes in WordNet-id order.
     by_id = dict(zip(ds.images["image_id"], ds.labels))
     assert by_id == {j + 1: j % 3 for j in range(7)}
-    assert ds.class_names == ("tench", "goldfish", "great white shark")
+    # standard ids: the 1,000-way problem in the standard order, whatever is present
+    assert len(ds.class_names) == 1000
+    assert ds.class_names[:3] == ("tench", "goldfish", "great white shark")
     assert set(ds.images["split"]) == {"train"}
     for p, lab in zip(ds.images["path"], ds.labels):
         assert Path(p).parent.name == wnids[lab]
@@ -157,3 +159,39 @@ def test_missing_image_error_does_not_suggest_splits(tmp_path: Path, published) 
     with pytest.warns(UserWarning, match="missing_image"):
         ds = load_imagenet(root, skip_bad_images=True)
     assert ds.skipped == {"missing_image": 1} and 2 not in set(ds.images["image_id"])
+
+
+def test_partial_class_folders_keep_the_standard_classes_and_loose_files_are_refused(
+    tmp_path: Path, published
+) -> None:
+    """Three folders of an incomplete extraction: still the 1,000-way problem,
+    each folder at its standard index (sunglasses is 837, not 2); an image
+    beside the class folders would be left out, so the layout is refused."""
+    from imsearch_align.datasets.imagenet import imagenet_wnids
+
+    std = list(imagenet_wnids())
+    picked = [std[1], std[2], std[837]]
+    root = published.imagenet_valprep(tmp_path, picked, 6)
+    ds = load_imagenet(root, test_fraction=0.0)
+    assert len(ds.class_names) == 1000 and ds.class_names[837] == "sunglasses"
+    for p, lab in zip(ds.images["path"], ds.labels):
+        assert std[lab] == Path(p).parent.name
+    assert sorted(set(ds.labels.tolist())) == [1, 2, 837]
+    Image.new("RGB", (4, 4)).save(root / "val" / "ILSVRC2012_val_00000099.JPEG")
+    with pytest.raises(Exception, match=r"1 image file\(s\) beside them, outside any class"):
+        load_imagenet(root)
+
+
+def test_a_non_standard_id_in_the_mapping_keeps_clips_names_for_the_others(
+    tmp_path: Path, published
+) -> None:
+    """Names are chosen per synset: one extra id must not turn the two cranes
+    (bird, machine) into one 'crane' with identical prompts."""
+    from imsearch_align.datasets.imagenet import _class_names, imagenet_wnids
+
+    std = list(imagenet_wnids())
+    wnids = [*std, "n09999999"]
+    lemmas = [f"lemma{i}" for i in range(len(wnids))]
+    names = _class_names(wnids, lemmas)
+    assert names[134] != names[517] and len(set(names[:1000])) >= 998
+    assert names[-1] == "lemma1000"
