@@ -205,6 +205,13 @@ def _read_hub(
         raise ValueError(
             f"{repo_id}: expected columns {sorted(need)} in the CSV, got {list(df.columns)}"
         )
+    dup = df["filename"][df["filename"].duplicated()]
+    if len(dup):  # one row per image, its captions a JSON list: else one image counts twice
+        raise ValueError(
+            f"{repo_id}: image {dup.iloc[0]!r} has {int((df['filename'] == dup.iloc[0]).sum())} "
+            f"rows in the CSV ({dup.nunique()} image(s) repeat); expected one row per image with "
+            "its captions as a JSON list in 'raw'"
+        )
     idcol = next((c for c in ("cocoid", "img_id", "imgid") if c in df.columns), None)
     ids = df[idcol].astype(np.int64) if idcol else pd.Series(np.arange(len(df)))
     rows = []

@@ -193,3 +193,35 @@ def test_support_only_load_needs_no_test_images(tmp_path: Path, published) -> No
     assert sorted(sup.images["image_id"]) == [1000, 1001] and set(sup.images["split"]) == {"train"}
     with pytest.raises(ValueError, match=r"no support pairs.*splits="):
         load_support_dataset("coco", {"root": str(root), "splits": "val"})
+
+
+def test_hub_5k_csv_one_row_per_image_and_a_repeated_image_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The Hub copy (nlphuji's 5k test CSV): one row per image, its captions a
+    JSON list. A CSV with an image on two rows would count it twice: refused."""
+    from imsearch_align.datasets import coco
+
+    folder = tmp_path / "images_mscoco_2014_5k_test"
+    folder.mkdir()
+    names = ["COCO_val2014_000000000001.jpg", "COCO_val2014_000000000002.jpg"]
+    for i, n in enumerate(names):
+        Image.new("RGB", (8, 8), (10 * i, 0, 0)).save(folder / n)
+    csv = tmp_path / "test_5k_mscoco_2014.csv"
+
+    def write(rows):
+        import pandas as pd
+
+        pd.DataFrame(rows, columns=["filename", "raw", "cocoid"]).to_csv(csv, index=False)
+
+    monkeypatch.setattr(coco, "hub_download", lambda repo, name, **kw: str(tmp_path / name))
+    write([[names[0], json.dumps(["a cat", "a dog"]), 1], [names[1], json.dumps(["a car"]), 2]])
+    ds = load_coco(tmp_path, source="hub")
+    assert sorted(ds.images["image_id"]) == [1, 2]
+    assert ds.texts.groupby("image_id")["caption"].apply(list).to_dict() == {
+        1: ["a cat", "a dog"],
+        2: ["a car"],
+    }
+    write([[names[0], json.dumps(["a cat"]), 1], [names[0], json.dumps(["a dog"]), 1]])
+    with pytest.raises(ValueError, match=r"has 2 rows in the CSV.*one row per image"):
+        load_coco(tmp_path, source="hub")
