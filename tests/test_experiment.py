@@ -245,36 +245,28 @@ def test_another_configs_file_is_kept_and_this_one_written_beside_it(tmp_path, c
     other = cfg.replace(seed=7)  # same output name, another experiment
     assert other.output_name("{method}.json") == cfg.output_name("{method}.json")
     run_experiment(other, output_dir=tmp_path, output_template="{method}.json", progress=False)
-    with caplog.at_level(logging.WARNING, logger="imsearch_align"):
-        r = run_experiment(
+
+    def run_cfg():
+        return run_experiment(
             cfg,
             output_dir=tmp_path,
             output_template="{method}.json",
             skip_existing=True,
             progress=False,
         )
+
+    with caplog.at_level(logging.WARNING, logger="imsearch_align"):
+        r = run_cfg()
     assert not r.skipped and r.key == cfg.key()
     assert ExperimentResult.load(tmp_path / "linear.json").key == other.key()  # kept
     assert r.path == str(tmp_path / f"linear-{cfg.key()}.json")
     assert ExperimentResult.load(r.path).key == cfg.key()
     assert "holds another experiment" in caplog.text and "both are kept" in caplog.text
-    again = run_experiment(
-        cfg,
-        output_dir=tmp_path,
-        output_template="{method}.json",
-        skip_existing=True,
-        progress=False,
-    )
+    again = run_cfg()
     assert again.skipped and again.path == r.path
     # An unreadable file is run again too.
     (tmp_path / "linear.json").write_text("{torn")
-    again = run_experiment(
-        cfg,
-        output_dir=tmp_path,
-        output_template="{method}.json",
-        skip_existing=True,
-        progress=False,
-    )
+    again = run_cfg()
     assert not again.skipped and ExperimentResult.load(tmp_path / "linear.json").status.ok
 
 
