@@ -180,7 +180,7 @@ def test_embed_texts_is_cached_on_provider_and_texts(tmp_path) -> None:
         embed_texts(p, ["a", " "])
     with pytest.raises(TypeError, match="list of strings"):
         embed_texts(p, "abc")
-    X = np.ones((2, 3), np.float32)
+    X = np.eye(2, 3, dtype=np.float32)  # two images (equal rows would be one image)
     _, _, ptxt = PairedDataset.from_arrays(X, X, test_fraction=0.5, seed=0)
     with pytest.raises(TypeError, match="cannot encode new text"):
         embed_texts(ptxt, prompts)

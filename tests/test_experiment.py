@@ -897,6 +897,7 @@ def test_geometry_never_compares_two_separate_models_raw_spaces(monkeypatch):
     rng = np.random.default_rng(0)
     n = 40
     E = rng.standard_normal((n, 8)).astype(np.float32)
+    E /= np.linalg.norm(E, axis=1, keepdims=True)  # unit rows, as aligned spaces are
 
     def ctx_for(image_encoder, text_encoder):
         cfg = ExperimentConfig(image_encoder=image_encoder, text_encoder=text_encoder)
@@ -918,7 +919,8 @@ def test_geometry_never_compares_two_separate_models_raw_spaces(monkeypatch):
     assert "gap" in joint["raw"]
     pre = space_diagnostics(ctx_for(None, None))
     assert "gap" in pre["raw"]
-    S = sp.random(30, 200, density=0.05, format="csr", random_state=1)
+    S = sp.random(30, 200, density=0.05, format="csr", random_state=1) + sp.eye(30, 200)
     S.data = np.abs(S.data)
+    S = sp.csr_matrix(sp.diags(1 / np.sqrt(S.multiply(S).sum(axis=1).A1)) @ S)  # unit rows
     small = diagnose(S, S.copy(), k=3, seed=0)  # densified (small), still sparse data
     assert "not meaningful" in small["skipped"]["entropy"]
