@@ -87,6 +87,7 @@ from imsearch_align.framework.metrics import (
     _as_id_array,
     _index_of,
     _unsorted_rows_serial,
+    check_relevance_level,
     evaluate_lenient,
     py_scalar,
 )
@@ -524,7 +525,7 @@ class BenchmarkEvaluator:
                 "changed); pass checkpoint_key, a digest of everything else that fixes the ranking",
                 self.checkpoint_dir,
             )
-        self.relevance_level = relevance_level
+        self.relevance_level = check_relevance_level(relevance_level)
         self._search_lock = None if is_thread_safe(store) else threading.Lock()
         self._checkpoints: list[_Checkpoint] = []
 

@@ -66,6 +66,11 @@ def py_scalar(x: Any) -> Any:
 
 def _as_id_array(values: Iterable, what: str) -> np.ndarray:
     arr = np.asarray(values)
+    if arr.dtype.kind == "u" and arr.size and int(arr.max()) > np.iinfo(np.int64).max:
+        raise ValueError(
+            f"{what} must fit int64, got {int(arr.max())} (above 2**63 - 1: it would wrap "
+            "to a negative id, and -1 means no hit)"
+        )
     if arr.dtype.kind in "iu":
         return arr.astype(np.int64, copy=False)
     if arr.dtype.kind in "OUS":
@@ -361,6 +366,12 @@ class Run:
             )
         d = _as_id_array(d, "run doc_ids") if d.size else d.astype(np.int64)
         if scores is None:
+            gap = _no_hit_mask(d)
+            holes = np.flatnonzero((gap[:, :-1] & ~gap[:, 1:]).any(axis=1)) if d.size else []
+            if len(holes):  # "-1" is no hit, not a document: it takes no rank
+                d = d.copy()
+                for r in holes:
+                    d[r] = np.concatenate([d[r][~gap[r]], d[r][gap[r]]])
             s = -np.broadcast_to(np.arange(d.shape[1], dtype=np.float64), d.shape)
             assume_sorted = True
         else:
@@ -415,6 +426,9 @@ class Run:
         q = _as_id_array(df[query_col].to_numpy(), "run query_id")
         d = _as_id_array(df[doc_col].to_numpy(), "run doc_id")
         s = df[score_col].to_numpy(dtype=np.float64)
+        hit = ~_no_hit_mask(d)
+        if not hit.all():  # a "-1" (no hit) row is not a document: it takes no rank
+            q, d, s = q[hit], d[hit], s[hit]
         if np.isnan(s).any():
             raise ValueError(
                 f"Run: NaN score for query {py_scalar(q[np.flatnonzero(np.isnan(s))[0]])!r}"
@@ -490,6 +504,13 @@ def _check_id_types(run: Run, qrels: Qrels) -> None:
     strings may hold ``"12"`` for ``12``. They never compare equal, so every
     query would score 0 with no other sign.
     """
+    rq, qq = _id_kind(np.asarray(run.query_ids)), _id_kind(np.asarray(qrels.queries))
+    if {rq, qq} == {"int", "str"}:
+        raise TypeError(
+            f"evaluate: the run's query ids are {rq} (e.g. {py_scalar(run.query_ids[0])!r}) but "
+            f"the qrels' are {qq} (e.g. {py_scalar(qrels.queries[0])!r}); they can never match "
+            "and every query would score 0. Convert one side"
+        )
     qk = qrels._doc_kind
     if qk == "empty" or (qk == "int" and run.doc_ids.dtype != object):
         return
@@ -992,7 +1013,27 @@ def compute_measures(
     )
 
 
+def check_relevance_level(relevance_level: Any) -> float | None:
+    """``None`` (relevance > 0 is relevant) or a positive number (trec_eval's
+    ``-l``): a level <= 0 would count non-relevant and negative judgements in
+    R but never as hits, a number neither trec_eval nor this package defines."""
+    if relevance_level is None:
+        return None
+    if (
+        isinstance(relevance_level, bool)
+        or not isinstance(relevance_level, int | float | np.integer | np.floating)
+        or not np.isfinite(relevance_level)
+        or relevance_level <= 0
+    ):
+        raise ValueError(
+            "relevance_level must be None or a number > 0 (a judged document with relevance "
+            f">= level is relevant, as trec_eval -l), got {relevance_level!r}"
+        )
+    return float(relevance_level)
+
+
 def _n_relevant(qrels: Qrels, relevance_level: float | None) -> np.ndarray:
+    relevance_level = check_relevance_level(relevance_level)
     nQ = len(qrels.queries)
     if relevance_level is None:
         return np.bincount(qrels._positive[0], minlength=nQ).astype(np.float64)

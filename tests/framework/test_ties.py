@@ -186,7 +186,7 @@ def test_expected_values_and_bounds_match_brute_force(seed):
     assert res.low_mean()["AP@5"] <= res.mean()["AP@5"] <= res.high_mean()["AP@5"]
 
 
-@pytest.mark.parametrize("level", [2.0, 0.0])
+@pytest.mark.parametrize("level", [2.0, 0.5])
 def test_relevance_level_matches_brute_force(level):
     run, qrels, tol = _tied_case(7)
     measures = _measures((1, 3, 8))
