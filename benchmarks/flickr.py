@@ -213,6 +213,11 @@ def _check_args(args: argparse.Namespace) -> None:
         raise UsageError(f"--shapes must be a positive number of images, got {args.shapes}")
     for store in args.stores:
         store_spec(store, Path(args.out), args.uri)
+    if args.uri and "milvus" not in args.stores:
+        raise UsageError(
+            "--uri is for --stores milvus (a running server) and no milvus store is asked for; "
+            "--stores milvus-lite keeps its database in --out"
+        )
     named = [("--methods", METHODS, m) for m in args.methods]
     named += [(f, ENCODERS, v) for f, v in (("--image-encoder", args.image_encoder),
                                             ("--text-encoder", args.text_encoder)) if v]  # fmt: skip
@@ -322,7 +327,7 @@ def _base_config(
         text_encoder_params=tenc[1],
         k_values=tuple(args.k),
         seed=args.seed,
-        cache_dir=args.cache_dir,
+        cache_dir=None if str(args.cache_dir).lower() == "none" else args.cache_dir,
         name="flickr",
     )
 

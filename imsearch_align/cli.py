@@ -47,7 +47,14 @@ class UsageError(Exception):
 # ----------------------------------------------------------------------------- argument types
 
 
+#: Python spellings of JSON's literals: ``--method-param equal_weights=False``
+#: must not be the (truthy) string "False".
+_PY_LITERALS = {"True": True, "False": False, "None": None}
+
+
 def _json_or_str(text: str) -> Any:
+    if text.strip() in _PY_LITERALS:
+        return _PY_LITERALS[text.strip()]
     try:
         return json.loads(text)
     except json.JSONDecodeError:

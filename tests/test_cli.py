@@ -659,3 +659,14 @@ def test_list_datasets_name_prints_every_parameter(name):
     assert f"--dataset {name}" in p.stdout
     bad = cli("list", "stores", "faiss")
     assert bad.returncode == 2 and "only taken after 'datasets'" in bad.stderr
+
+
+def test_python_spelled_literals_in_params_are_literals():
+    """--method-param equal_weights=False must not be the truthy string "False"."""
+    from imsearch_align.cli import _key_value
+
+    assert _key_value("equal_weights=False") == ("equal_weights", False)
+    assert _key_value("normalize=True") == ("normalize", True)
+    assert _key_value("eps=None") == ("eps", None)
+    assert _key_value("eps=1e-3") == ("eps", 1e-3) and _key_value("k=10") == ("k", 10)
+    assert _key_value("name=Falsey") == ("name", "Falsey")

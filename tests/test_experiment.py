@@ -924,3 +924,26 @@ def test_geometry_never_compares_two_separate_models_raw_spaces(monkeypatch):
     S = sp.csr_matrix(sp.diags(1 / np.sqrt(S.multiply(S).sum(axis=1).A1)) @ S)  # unit rows
     small = diagnose(S, S.copy(), k=3, seed=0)  # densified (small), still sparse data
     assert "not meaningful" in small["skipped"]["entropy"]
+
+
+def test_what_is_asked_is_what_runs_or_it_is_refused(tmp_path):
+    """A flag given as a string, a perturbation whose queries are not searched,
+    a shapes folder holding another set, a grid value given twice: each was
+    silently another experiment than the one asked for."""
+    from imsearch_align.datasets import load_shapes
+    from imsearch_align.experiment.sweep import grid
+
+    with pytest.raises(ConfigError, match=r"'equal_weights' is a flag: expected true or false"):
+        run_experiment(
+            _syn_config("csa", "exact", tmp_path).replace(method_params={"equal_weights": "False"}),
+            progress=False,
+        )
+    cfg = _syn_config("linear", "exact", tmp_path, perturbations=("typo",), directions=("i2t",))
+    with pytest.raises(TaskUnsupportedError, match=r"queries only in t2i.*dropped"):
+        run_experiment(cfg, progress=False)
+    load_shapes(tmp_path / "s", n_images=20, size=32, seed=0)
+    with pytest.raises(ValueError, match=r"already holds a shapes set with .*'n_images': 20"):
+        load_shapes(tmp_path / "s", n_images=40, size=32, seed=0)
+    base = _syn_config("linear", "exact", tmp_path)
+    cells = grid(base, methods=["linear", "linear"], n_values=[100, 100, None])
+    assert [(c.method, c.n_support) for c in cells] == [("linear", 100), ("linear", None)]

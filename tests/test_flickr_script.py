@@ -49,6 +49,10 @@ def _argv(emb: Path, out: Path, *extra: str) -> list[str]:
     [
         (["--stores", "faiss", "nosuch"], r"--stores: unknown store 'nosuch'; choose from faiss"),
         (["--stores", "faiss", "milvus"], r"--stores milvus needs --uri"),
+        (
+            ["--stores", "milvus-lite", "--uri", "http://127.0.0.1:1"],
+            r"--uri is for --stores milvus .* no milvus store is asked for",
+        ),
         (["--n", "20", "0"], r"--n must be positive integers, got 0"),
         (["--k", "1", "-5"], r"--k must be positive integers, got -5"),
         (["--text-encoder", "nope"], r"--text-encoder: unknown encoder 'nope'"),

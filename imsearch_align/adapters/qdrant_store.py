@@ -139,6 +139,12 @@ class QdrantStore(BaseStore):
         if not isinstance(exact, bool):
             raise TypeError(f"exact must be a bool, got {type(exact).__name__} {exact!r}")
         self.mode = "server" if url else "local" if path else "memory"
+        if self.mode != "server" and (not exact or hnsw_ef is not None):
+            # local mode has no HNSW: it scores every vector whatever is asked
+            raise ValueError(
+                "QdrantStore: exact=False / hnsw_ef need a Qdrant server (url=...); local and "
+                f"in-memory modes always search exactly (got exact={exact!r}, hnsw_ef={hnsw_ef!r})"
+            )
         self.url = url
         self.path = Path(path) if path else None
         #: Whether search scores every vector (ExactSearch): local mode always does.

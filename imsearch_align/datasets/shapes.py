@@ -259,6 +259,14 @@ def load_shapes(
     if not meta_path.is_file():
         generate_shapes(root, n_images, seed=seed, size=size)
     meta = json.loads(meta_path.read_text(encoding="utf-8"))
+    asked = {"n_images": n_images, "seed": seed, "size": size}
+    held = {k: meta.get(k) for k in asked}
+    if held != asked:
+        raise ValueError(
+            f"shapes: {str(root)!r} already holds a shapes set with {held}, not the {asked} "
+            "asked for; pass another root (or none: one folder per parameter set), or delete "
+            "the folder to generate it again"
+        )
     ds = load_flickr30k(
         root,
         layout=layout,

@@ -68,6 +68,27 @@ def check_params(
             f"{what} takes no parameter {', '.join(parts)}; its parameters: "
             f"{', '.join(names) or '(none)'}"
         )
+    _check_flags(factory, params, what)
+
+
+def _check_flags(factory: Callable[..., Any], params: Mapping[str, Any], what: str) -> None:
+    """A parameter that is a flag (annotated ``bool``, or defaulting to True/False)
+    takes a bool: the string ``"false"`` (a quoted YAML value, a CLI value that
+    was not JSON) is truthy and would silently run the other setting."""
+    try:
+        sig = inspect.signature(factory)
+    except (TypeError, ValueError):
+        return
+    for name, value in params.items():
+        p = sig.parameters.get(name)
+        if p is None or isinstance(value, bool):
+            continue
+        flag = p.annotation in (bool, "bool") or isinstance(p.default, bool)
+        if flag and not isinstance(value, bool):
+            raise ConfigError(
+                f"{what} parameter {name!r} is a flag: expected true or false, got "
+                f"{type(value).__name__} {value!r}"
+            )
 
 
 def make_encoder(name: str, modality: str, params: Mapping[str, Any] | None = None) -> Any:

@@ -35,7 +35,11 @@ def grid(
     method_params: Mapping[str, Mapping[str, Any]] | None = None,
     store_params: Mapping[str, Mapping[str, Any]] | None = None,
 ) -> list[ExperimentConfig]:
-    """The configs of ``methods x stores x n_values`` (each defaults to ``base``'s)."""
+    """The configs of ``methods x stores x n_values`` (each defaults to ``base``'s);
+    a value given twice is one cell (it would run twice and overwrite its own file)."""
+    methods = list(dict.fromkeys(methods)) if methods else methods
+    stores = list(dict.fromkeys(stores)) if stores else stores
+    n_values = list(dict.fromkeys(n_values)) if n_values else n_values
     out = []
     for m in methods or [base.method]:
         mp = (method_params or {}).get(m, base.method_params if m == base.method else {})

@@ -238,3 +238,12 @@ def test_bad_parameters(tmp_path: Path):
         QdrantStore(query_batch=0)
     with pytest.raises(TypeError, match="exact must be a bool"):
         QdrantStore(exact="yes")
+
+
+def test_approximate_settings_without_a_server_are_refused():
+    """Local and in-memory modes always scan every vector: exact=False or
+    hnsw_ef there would be recorded but not run."""
+    with pytest.raises(ValueError, match=r"need a Qdrant server \(url=\.\.\.\)"):
+        QdrantStore(exact=False)
+    with pytest.raises(ValueError, match="always search exactly"):
+        QdrantStore(hnsw_ef=64)

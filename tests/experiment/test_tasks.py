@@ -344,3 +344,12 @@ def test_ties_do_not_fall_to_the_true_pairs_in_matching():
     near = np.eye(3) * 1e-14 + 0.5
     assert top1_accuracy(near, 1e-12) == pytest.approx(1 / 3)
     assert top1_accuracy(near, 0.0) == 1.0
+
+
+def test_multilabel_refuses_the_best_prompt_ensemble():
+    """multilabel averages the prompts; ensemble='best' ran as 'mean' silently."""
+    from imsearch_align.experiment import ExperimentError
+
+    cfg = _cfg("multilabel", {**CLASSES, "multi": True}).replace(ensemble="best")
+    with pytest.raises((ExperimentError, ValueError), match="applies to classification only"):
+        run_experiment(cfg, progress=False)

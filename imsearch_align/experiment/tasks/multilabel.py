@@ -22,6 +22,7 @@ import pandas as pd
 from imsearch_align.experiment.result import TaskResult
 from imsearch_align.experiment.tasks.base import (
     Task,
+    TaskUnsupportedError,
     require_encoder,
     require_labels,
     require_split,
@@ -66,6 +67,11 @@ class MultiLabel(Task):
         require_labels(data.dataset, self.name, multi=True)
         require_split(data.dataset, "test", "image", self.name)
         require_encoder(data, "text", self.name, "class prompts")
+        if config.ensemble != "mean":
+            raise TaskUnsupportedError(
+                f"task 'multilabel' scores one vector per class (the prompts averaged); "
+                f"ensemble={config.ensemble!r} applies to classification only"
+            )
 
     def run(self, ctx: Any) -> TaskResult:
         from imsearch_align.diagnostics.multilabel import multilabel_map

@@ -12,7 +12,12 @@ from collections.abc import Sequence
 from typing import Any
 
 from imsearch_align.experiment.result import TaskResult
-from imsearch_align.experiment.tasks.base import Task, require_encoder, require_split
+from imsearch_align.experiment.tasks.base import (
+    Task,
+    TaskUnsupportedError,
+    require_encoder,
+    require_split,
+)
 
 __all__ = ["Retrieval"]
 
@@ -80,8 +85,16 @@ class Retrieval(Task):
         for direction in config.directions:
             for modality in DOCS[direction]:
                 require_split(data.dataset, "test", modality, self.name)
+        query_modalities = {DOCS[d][1]: d for d in ("t2i", "i2t")}
         for name in config.perturbations:
             pert = get_perturbation(name, **config.perturbation_params.get(name, {}))
+            needed = query_modalities[pert.modality]
+            if needed not in config.directions:
+                raise TaskUnsupportedError(
+                    f"perturbation {name!r} changes {pert.modality}s, which are queries only in "
+                    f"{needed}, and directions={list(config.directions)}: it would be dropped "
+                    f"without a trace; add {needed} to directions or drop the perturbation"
+                )
             require_encoder(
                 data,
                 pert.modality,
