@@ -131,12 +131,6 @@ class OutputPlan:
         if per_query and self.per_query_path is not None:
             frame = pd.concat(per_query, ignore_index=True)
             frame["query_id"] = frame["query_id"].astype(str)
-            # A ranking whose tie rule agrees with the expected values has no
-            # "<m> tie_rule" column of its own: its rows take the value itself.
-            for c in [c for c in frame.columns if str(c).endswith(" tie_rule")]:
-                base = c[: -len(" tie_rule")]
-                if base in frame.columns:
-                    frame[c] = frame[c].fillna(frame[base])
             atomic_write(self.per_query_path, lambda f: frame.to_parquet(f, index=False))
             result = result.with_(per_query_file=self.per_query_path.name)
         atomic_write(self.path, result.to_json())

@@ -9,6 +9,7 @@ carrying it; a run that loses queries returns a ``degraded`` result.
 
 from __future__ import annotations
 
+import gc
 import logging
 import os
 import time
@@ -120,6 +121,11 @@ def run_experiment(
     )
     result = plan.write(result, ctx.per_query if task_result is not None else [])
     ctx.per_query.clear()
+    del ctx
+    # Once a cell (seconds to minutes): a collection frees what reference
+    # cycles of this cell still hold (pandas and tracebacks keep some), so the
+    # next cell of a study does not start above where this one started.
+    gc.collect()
     release_freed_memory()  # the per-query frames and the parquet writer's buffers
     if error is not None:
         raise ExperimentError(f"{config.task} run failed: {status.error}", result) from error

@@ -349,9 +349,9 @@ def per_query_frame(plain: Any, ta: Any) -> Any:
     """The per-query table a result file keeps: each tie-aware measure's
     column holds the value its mean is reported from (the expected value over
     the orders of tied documents, on the true ranking), so the column's mean
-    is the headline number; ``"<measure> tie_rule"`` keeps the store's own
-    ranking under the id-ascending tie rule, for the measures where it gives
-    another value for some query (an equal column would only take memory)."""
+    is the headline number. (The store's tie-rule means are in the result's
+    ``tie_rule``; a per-query copy of them would double the table, which a
+    study holds until its cell is written.)"""
     import pandas as pd
 
     # Rows of the tie-aware arrays for the table's queries (no (queries x
@@ -362,17 +362,11 @@ def per_query_frame(plain: Any, ta: Any) -> Any:
             f"per-query table: {int((pos < 0).sum())} queries have no tie-aware values "
             f"(e.g. {plain['query_id'][pos < 0].iloc[0]!r})"
         )
-    cols: dict[str, Any] = {}
-    for c in plain.columns:
-        if c in ta.measures:
-            cols[c] = np.asarray(ta.values[c])[pos]
-            rule = plain[c].to_numpy()
-            # kept where it says something: some query's value depends on the tie rule
-            if not np.array_equal(rule, cols[c], equal_nan=True):
-                cols[f"{c} tie_rule"] = rule
-        else:
-            cols[c] = plain[c].to_numpy()
-    return pd.DataFrame(cols, index=plain.index)
+    frame = plain.copy()
+    for c in ta.measures:
+        if c in frame.columns:
+            frame[c] = np.asarray(ta.values[c])[pos]
+    return frame
 
 
 #: Queries whose answers are checked against the vectors when ann_fidelity is off.
