@@ -224,13 +224,17 @@ def _default_root(n_images: int, seed: int, size: int) -> Path:
     return Path(base) / f"shapes-n{n_images}-s{seed}-px{size}"
 
 
+#: What ``load_shapes`` generates when a parameter is not given.
+_SHAPES_DEFAULTS = {"n_images": 500, "seed": 0, "size": 224}
+
+
 @DATASETS.register("shapes")
 def load_shapes(
     root: str | os.PathLike | None = None,
     *,
-    n_images: int = 500,
-    seed: int = 0,
-    size: int = 224,
+    n_images: int | None = None,
+    seed: int | None = None,
+    size: int | None = None,
     layout: str = "karpathy",
     splits: str | Sequence[str] | None = None,
 ) -> PairedDataset:
@@ -244,9 +248,12 @@ def load_shapes(
             ``shapes_meta.json``. None: a folder under ``$IMSEARCH_ALIGN_CACHE``
             (or ``~/.cache/imsearch_align``) named after ``n_images``, ``seed``
             and ``size``.
-        n_images: number of images generated (when generating).
-        seed: seed of the generation (equal seeds give byte-identical files).
-        size: image side in pixels (when generating).
+        n_images: number of images (None: the folder's set, or 500 when
+            generating). A folder holding another number is refused.
+        seed: seed of the generation (equal seeds give byte-identical files;
+            None: the folder's, or 0). A folder of another seed is refused.
+        size: image side in pixels (None: the folder's, or 224). A folder of
+            another size is refused.
         layout: caption file read by the Flickr30k loader: ``"karpathy"``,
             ``"results"`` or ``"captions"``.
         splits: splits to keep, a list or a comma string (``"train,test"``);
@@ -254,12 +261,14 @@ def load_shapes(
     """
     from imsearch_align.datasets.flickr30k import load_flickr30k
 
-    root = _default_root(n_images, seed, size) if root is None else Path(root).expanduser()
+    given = {"n_images": n_images, "seed": seed, "size": size}
+    gen = {k: _SHAPES_DEFAULTS[k] if v is None else v for k, v in given.items()}
+    root = _default_root(**gen) if root is None else Path(root).expanduser()
     meta_path = root / "shapes_meta.json"
     if not meta_path.is_file():
-        generate_shapes(root, n_images, seed=seed, size=size)
+        generate_shapes(root, gen["n_images"], seed=gen["seed"], size=gen["size"])
     meta = json.loads(meta_path.read_text(encoding="utf-8"))
-    asked = {"n_images": n_images, "seed": seed, "size": size}
+    asked = {k: v for k, v in given.items() if v is not None}
     held = {k: meta.get(k) for k in asked}
     if held != asked:
         raise ValueError(
