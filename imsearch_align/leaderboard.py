@@ -33,7 +33,13 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from imsearch_align.experiment.report import HEADLINE_LEGEND, ID_COLUMNS, headline_columns, label
+from imsearch_align.experiment.report import (
+    HEADLINE_LEGEND,
+    ID_COLUMNS,
+    NUMBER_NEUTRAL_FIELDS,
+    headline_columns,
+    label,
+)
 from imsearch_align.experiment.result import ExperimentResult, ResultSchemaError
 
 __all__ = [
@@ -209,9 +215,9 @@ def _header(col: str) -> str:
 
 
 #: Config fields a row's other columns already show, or that change no number.
-_NOT_SETTINGS = frozenset(
-    {*ID_COLUMNS, "n_support", "cache_dir", "encode_batch_size", "method_params", "store_params"}
-    | {"task_params"}
+_NOT_SETTINGS = (
+    frozenset({*ID_COLUMNS, "n_support", "method_params", "store_params", "task_params"})
+    | NUMBER_NEUTRAL_FIELDS
 )
 
 

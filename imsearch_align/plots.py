@@ -23,6 +23,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from imsearch_align.experiment.report import NUMBER_NEUTRAL_FIELDS, SPEED_FIELDS
+
 if TYPE_CHECKING:
     from imsearch_align.experiment.result import ExperimentResult
 
@@ -74,10 +76,9 @@ def _as_results(results: Any) -> list[ExperimentResult]:
     return [r for r in usable if r.status.ok]
 
 
-#: Config fields that do not change a result's numbers (or are the x axis / averaged).
-_NOT_A_LINE = frozenset(
-    {"n_support", "seed", "name", "cache_dir", "batch_size", "encode_batch_size", "workers"}
-)
+#: Config fields a learning curve's line does not split on: the x axis, the
+#: seed (averaged), the free label, and what changes no number or only speed.
+_NOT_A_LINE = frozenset({"n_support", "seed", "name"}) | NUMBER_NEUTRAL_FIELDS | SPEED_FIELDS
 
 
 def _other_fields(
@@ -351,7 +352,7 @@ def recall_vs_qps(
     others = _other_fields(
         pts,
         {"store", "store_params", "method", "dataset"},
-        frozenset({"n_support", "seed", "name", "cache_dir", "encode_batch_size"}),
+        frozenset({"n_support", "seed", "name"}) | NUMBER_NEUTRAL_FIELDS,
     )
 
     def curve(r: ExperimentResult) -> tuple[str, ...]:

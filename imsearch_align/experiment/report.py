@@ -21,6 +21,8 @@ import numpy as np
 
 __all__ = [
     "HEADLINE_LEGEND",
+    "NUMBER_NEUTRAL_FIELDS",
+    "SPEED_FIELDS",
     "flatten",
     "fmt",
     "headline_columns",
@@ -48,6 +50,10 @@ ID_COLUMNS = (
     "n_support_pairs",
 )
 SECRET_KEYS = ("token", "password", "api_key", "secret")
+#: Config fields that change no number of a result (where it is cached, how
+#: many items an encoder pass takes), and those that change only its speed.
+NUMBER_NEUTRAL_FIELDS = frozenset({"cache_dir", "encode_batch_size"})
+SPEED_FIELDS = frozenset({"batch_size", "workers"})
 
 
 def headline_metrics(

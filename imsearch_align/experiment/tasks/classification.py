@@ -53,26 +53,23 @@ def class_vectors(
     each class by its own factor and rank classes by something else."""
     import scipy.sparse as sp
 
-    if not cosine:
-        if is_sparse(prompt_vecs):
-            avg = sp.kron(
-                sp.eye(n_classes), np.ones((1, n_templates)) / n_templates, format="csr"
-            ) @ sp.csr_matrix(prompt_vecs, dtype=np.float64)
-            return sp.csr_matrix(avg, dtype=np.float32)
-        v = np.asarray(prompt_vecs, dtype=np.float64)
-        return v.reshape(n_classes, n_templates, -1).mean(axis=1).astype(np.float32)
     if is_sparse(prompt_vecs):
+
+        def unit(m: Any) -> Any:
+            norms = np.sqrt(np.asarray(m.multiply(m).sum(axis=1)).ravel())
+            return sp.diags(1.0 / np.where(norms > 0, norms, 1.0)) @ m
+
         m = sp.csr_matrix(prompt_vecs, dtype=np.float64)
-        norms = np.sqrt(np.asarray(m.multiply(m).sum(axis=1)).ravel())
-        m = sp.diags(1.0 / np.where(norms > 0, norms, 1.0)) @ m
-        avg = sp.kron(sp.eye(n_classes), np.ones((1, n_templates)) / n_templates, format="csr") @ m
-        n2 = np.sqrt(np.asarray(avg.multiply(avg).sum(axis=1)).ravel())
-        return sp.csr_matrix(sp.diags(1.0 / np.where(n2 > 0, n2, 1.0)) @ avg, dtype=np.float32)
+        mean = sp.kron(sp.eye(n_classes), np.ones((1, n_templates)) / n_templates, format="csr")
+        avg = mean @ (unit(m) if cosine else m)
+        return sp.csr_matrix(unit(avg) if cosine else avg, dtype=np.float32)
+
+    def unit_rows(a: np.ndarray) -> np.ndarray:
+        return a / np.maximum(np.linalg.norm(a, axis=1, keepdims=True), 1e-12)
+
     v = np.asarray(prompt_vecs, dtype=np.float64)
-    v = v / np.maximum(np.linalg.norm(v, axis=1, keepdims=True), 1e-12)
-    avg = v.reshape(n_classes, n_templates, -1).mean(axis=1)
-    avg /= np.maximum(np.linalg.norm(avg, axis=1, keepdims=True), 1e-12)
-    return avg.astype(np.float32)
+    avg = (unit_rows(v) if cosine else v).reshape(n_classes, n_templates, -1).mean(axis=1)
+    return (unit_rows(avg) if cosine else avg).astype(np.float32)
 
 
 class ClassMappingStore:
