@@ -83,6 +83,77 @@ def _fewshot(y: np.ndarray, k: int, rng: np.random.Generator) -> np.ndarray:
     return np.sort(np.concatenate(keep))
 
 
+def _split_validation(
+    X: np.ndarray, y: np.ndarray, n_classes: int, val_proportion: float, rng: np.random.Generator
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """``(X_train, X_val, y_train, y_val)``: a seeded ``val_proportion`` of the
+    training data held out, stratified when every class has two samples."""
+    from sklearn.model_selection import train_test_split
+
+    if not 0.0 < val_proportion < 1.0:
+        raise ValueError(f"val_proportion must be in (0, 1), got {val_proportion!r}")
+    _, counts = np.unique(y, return_counts=True)
+    # Stratify when every class can give one sample to each side.
+    strat = y if counts.min() >= 2 else None
+    n_val = max(n_classes, round(val_proportion * len(y))) if strat is not None else None
+    return train_test_split(
+        X,
+        y,
+        test_size=n_val if n_val is not None else val_proportion,
+        random_state=int(rng.integers(2**31 - 1)),
+        stratify=strat,
+    )
+
+
+def _fit(X: np.ndarray, y: np.ndarray, C: float, max_iter: int) -> Any:
+    """A multinomial logistic regression fitted on ``(X, y)``, convergence warnings silenced."""
+    from sklearn.linear_model import LogisticRegression
+
+    clf = LogisticRegression(C=C, max_iter=max_iter)
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=".*converge.*")
+        return clf.fit(X, y)
+
+
+def _choose_c(
+    Xtr: np.ndarray,
+    ytr: np.ndarray,
+    Xva: np.ndarray,
+    yva: np.ndarray,
+    Cs: Sequence[float],
+    max_iter: int,
+) -> tuple[float, float]:
+    """``(C, validation top-1)`` of the best ``C``; ascending ``C``, so on equal
+    validation accuracy the stronger regularisation wins."""
+    best_c, best_acc = None, -1.0
+    for C in sorted(float(c) for c in Cs):
+        acc = float(np.mean(_fit(Xtr, ytr, C, max_iter).predict(Xva) == yva))
+        if acc > best_acc:
+            best_c, best_acc = C, acc
+    return best_c, best_acc
+
+
+def _score_test(clf: Any, Xte: np.ndarray, yte: np.ndarray) -> tuple[float, float, float]:
+    """``(acc1, acc5, mean per-class recall)`` of the fitted probe on the test split."""
+    from sklearn.metrics import balanced_accuracy_score
+
+    proba = clf.predict_proba(Xte)
+    rank = np.argsort(-proba, axis=1, kind="stable")
+    pred = clf.classes_[rank[:, 0]]
+    acc1 = float(np.mean(pred == yte))
+    n_cls = len(clf.classes_)
+    acc5 = (
+        float(np.mean((clf.classes_[rank[:, :5]] == yte[:, None]).any(axis=1)))
+        if n_cls >= 5
+        else float("nan")
+    )
+    with warnings.catch_warnings():
+        # A class predicted but absent from the test labels is not an error here.
+        warnings.simplefilter("ignore", UserWarning)
+        mpcr = float(balanced_accuracy_score(yte, pred))
+    return acc1, acc5, mpcr
+
+
 def linear_probe(
     train_x: Any,
     train_y: Any,
@@ -104,10 +175,6 @@ def linear_probe(
         ValueError: fewer than two classes in the training labels, a class
             with fewer than ``fewshot_k`` samples, bad shapes or parameters.
     """
-    from sklearn.linear_model import LogisticRegression
-    from sklearn.metrics import balanced_accuracy_score
-    from sklearn.model_selection import train_test_split
-
     Xtr = _features(train_x, "train_x", normalize)
     d = Xtr.shape[1]
     ytr = _labels(train_y, "train_y", len(Xtr))
@@ -128,52 +195,16 @@ def linear_probe(
         keep = _fewshot(ytr, k, rng)
         Xtr, ytr = Xtr[keep], ytr[keep]
     if val_x is None:
-        if not 0.0 < val_proportion < 1.0:
-            raise ValueError(f"val_proportion must be in (0, 1), got {val_proportion!r}")
-        _, counts = np.unique(ytr, return_counts=True)
-        # Stratify when every class can give one sample to each side.
-        strat = ytr if counts.min() >= 2 else None
-        n_val = max(len(classes), round(val_proportion * len(ytr))) if strat is not None else None
-        Xtr, Xva, ytr, yva = train_test_split(
-            Xtr,
-            ytr,
-            test_size=n_val if n_val is not None else val_proportion,
-            random_state=int(rng.integers(2**31 - 1)),
-            stratify=strat,
-        )
+        Xtr, Xva, ytr, yva = _split_validation(Xtr, ytr, len(classes), val_proportion, rng)
     else:
         Xva = _features(val_x, "val_x", normalize, dim=d)
         yva = _labels(val_y, "val_y", len(Xva))
     if len(np.unique(ytr)) < 2:
         raise ValueError("the training split holds a single class after the validation split")
 
-    def fit(X: np.ndarray, y: np.ndarray, C: float) -> Any:
-        clf = LogisticRegression(C=C, max_iter=max_iter)
-        with warnings.catch_warnings():
-            warnings.filterwarnings("ignore", message=".*converge.*")
-            return clf.fit(X, y)
-
-    # Ascending C: on equal validation accuracy the stronger regularisation wins.
-    best_c, best_acc = None, -1.0
-    for C in sorted(float(c) for c in Cs):
-        acc = float(np.mean(fit(Xtr, ytr, C).predict(Xva) == yva))
-        if acc > best_acc:
-            best_c, best_acc = C, acc
-    clf = fit(np.vstack([Xtr, Xva]), np.concatenate([ytr, yva]), best_c)
-    proba = clf.predict_proba(Xte)
-    rank = np.argsort(-proba, axis=1, kind="stable")
-    pred = clf.classes_[rank[:, 0]]
-    acc1 = float(np.mean(pred == yte))
-    n_cls = len(clf.classes_)
-    acc5 = (
-        float(np.mean((clf.classes_[rank[:, :5]] == yte[:, None]).any(axis=1)))
-        if n_cls >= 5
-        else float("nan")
-    )
-    with warnings.catch_warnings():
-        # A class predicted but absent from the test labels is not an error here.
-        warnings.simplefilter("ignore", UserWarning)
-        mpcr = float(balanced_accuracy_score(yte, pred))
+    best_c, best_acc = _choose_c(Xtr, ytr, Xva, yva, Cs, max_iter)
+    clf = _fit(np.vstack([Xtr, Xva]), np.concatenate([ytr, yva]), best_c, max_iter)
+    acc1, acc5, mpcr = _score_test(clf, Xte, yte)
     return LinearProbeResult(
         acc1=acc1,
         acc5=acc5,

@@ -257,7 +257,7 @@ def test_sparse_kth_equals_float64_brute_force_over_blocks(monkeypatch, block_ce
     and document row blocks (a tiny budget forces many of both), equals a dense
     float64 brute force; queries that share no term with any document get m = 0.
     Density 0.3 takes the dense-query product (rows fill over 1/8 of the columns)."""
-    import imsearch_align.framework.fidelity as fid
+    import imsearch_align.framework.fidelity.truth as fid
 
     monkeypatch.setattr(fid, "_SPARSE_BLOCK_CELLS", block_cells)
     rng = np.random.default_rng(7)
