@@ -10,33 +10,53 @@ from the ranked results and the relevance judgements. Each entry says, once:
 * ``cutoff``: whether the name takes ``@k``; ``default``: whether the
   experiment reports it at every ``k`` of ``k_values``;
 * ``label``: a short display label (``{k}`` is the cutoff);
-* ``kernel``: ``kernel(hits, k) -> (n_queries,) float64``, a segment reduction
-  over the sparse hit structure :class:`Hits` (cost grows with the number of
-  relevant hits, not with ``n_queries * k``).
+* ``kernel``: ``kernel(hits, k) -> (n_queries,) float64``, the value under
+  the tie rule, a segment reduction over the sparse hit structure
+  :class:`Hits` (cost grows with the number of relevant hits, not with
+  ``n_queries * k``; :mod:`~imsearch_align.framework.hit_kernels`);
+* ``tie_kernel``: ``tie_kernel(groups, k) -> (n,) float64``, the expected
+  value over the orders of tied documents from the rows' tie groups
+  :class:`TieGroups` (:mod:`~imsearch_align.framework.tie_kernels`); an entry
+  without one is refused by tie-aware evaluation, which every experiment uses;
+* ``same_as``: for a name without cutoff, the ``(family, k)`` it is computed as;
+* ``per_extra_score``: reported again for every extra score column a store
+  returns (nDCG).
 
 Adding a measure is one :class:`Measure` entry: parsing
 (:func:`parse_measure`), the default list (:func:`default_measures`), kernel
-dispatch (:func:`compute`), ``imsearch-align list metrics``
-(:func:`list_rows`) and the README table (:func:`markdown_table`) all read
-the table.
+dispatch (:func:`compute`, :func:`compute_tie_aware`), ``imsearch-align list
+metrics`` (:func:`list_rows`) and the README table (:func:`markdown_table`)
+all read the table, each time it is called (nothing outside this module
+holds a copy of it).
 
-Task-level measures (:data:`TASK_MEASURES`) are computed outside the
+Task-level measures (:data:`TASK_MEASURES`, their table in
+:mod:`~imsearch_align.framework.task_measures`) are computed outside the
 ranking kernel by the task that reports them (classification, matching,
-multi-label, linear probe, captioning, ANN fidelity); they are listed here so
-that the CLI and the README show them beside the ranking measures.
+multi-label, linear probe, captioning, ANN fidelity); :func:`list_rows`
+lists them so that the CLI shows them beside the ranking measures.
 
-This module imports numpy only.
+This module imports numpy, its two kernel modules and the task table only.
 """
 
 from __future__ import annotations
 
 import difflib
 import re
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from functools import cached_property
 
 import numpy as np
+
+from imsearch_align.framework import hit_kernels as hk
+from imsearch_align.framework import tie_kernels as tk
+from imsearch_align.framework.hit_kernels import Hits, Kernel
+from imsearch_align.framework.task_measures import (
+    TASK_MEASURES,
+    TaskMeasure,
+    inline_code,
+    task_markdown_table,
+)
+from imsearch_align.framework.tie_kernels import TieGroups, TieKernel
 
 __all__ = [
     "MAX_K",
@@ -45,152 +65,23 @@ __all__ = [
     "Hits",
     "Measure",
     "TaskMeasure",
+    "TieGroups",
     "compute",
+    "compute_tie_aware",
     "default_measures",
     "display_label",
     "list_rows",
     "lookup",
+    "lookup_tie_kernel",
     "markdown_table",
     "parse_measure",
     "task_markdown_table",
+    "tie_aware_names",
     "valid_measure_names",
 ]
 
 #: Largest cutoff a measure name may carry.
 MAX_K = 1_000_000
-
-
-# ----------------------------------------------------------------------------- hit structure
-
-
-class Hits:
-    """The non-zero cells of a ``(n_queries, K)`` gain matrix, and what kernels share.
-
-    ``rows`` index the queries, ``cols`` are 0-based ranks, ``gains`` the
-    graded relevance (> 0), sorted by ``(row, col)``. ``n_relevant`` is the
-    number of relevant judgements per query (at ``relevance_level``) and
-    ``ideal_dcg(k)`` the ideal DCG@k per query from the qrels. Derived arrays
-    (the binary hits, the first relevant rank, counts within ``k``) are
-    computed once and shared by every kernel that needs them.
-    """
-
-    def __init__(
-        self,
-        rows: np.ndarray,
-        cols: np.ndarray,
-        gains: np.ndarray,
-        *,
-        n_queries: int,
-        n_relevant: np.ndarray,
-        ideal_dcg: Callable[[int], np.ndarray],
-        relevance_level: float | None = None,
-    ) -> None:
-        self.rows = rows
-        self.cols = cols
-        self.gains = gains
-        self.n_queries = int(n_queries)
-        self.n_relevant = np.asarray(n_relevant, dtype=np.float64)
-        self.relevance_level = relevance_level
-        self._ideal_dcg = ideal_dcg
-        self._ideal: dict[int, np.ndarray] = {}
-        self._count: dict[int, np.ndarray] = {}
-
-    @cached_property
-    def binary(self) -> tuple[np.ndarray, np.ndarray]:
-        """``(rows, cols)`` of the hits that are relevant at ``relevance_level``."""
-        if self.relevance_level is None:
-            return self.rows, self.cols  # gains are > 0 by construction
-        keep = self.gains >= self.relevance_level
-        return self.rows[keep], self.cols[keep]
-
-    @cached_property
-    def _row_start(self) -> np.ndarray:
-        br, _ = self.binary
-        new = np.ones(len(br), dtype=bool)
-        if len(br):
-            new[1:] = br[1:] != br[:-1]
-        return new
-
-    @cached_property
-    def rank_among_relevant(self) -> np.ndarray:
-        """1-based position of each binary hit among its query's binary hits."""
-        new = self._row_start
-        n = len(new)
-        return np.arange(n) - np.maximum.accumulate(np.where(new, np.arange(n), 0)) + 1
-
-    @cached_property
-    def first_rank(self) -> np.ndarray:
-        """0-based rank of each query's first relevant hit (int64 max where none)."""
-        br, bc = self.binary
-        first = np.full(self.n_queries, np.iinfo(np.int64).max, dtype=np.int64)
-        new = self._row_start
-        first[br[new]] = bc[new]
-        return first
-
-    @cached_property
-    def discounted_gains(self) -> np.ndarray:
-        """``gain / log2(rank + 1)`` of every hit (1-based rank), shared by every nDCG cutoff."""
-        return self.gains / np.log2(self.cols + 2.0)
-
-    def count_within(self, k: int) -> np.ndarray:
-        """Relevant hits in the top ``k`` per query (float64)."""
-        if k not in self._count:
-            br, bc = self.binary
-            self._count[k] = np.bincount(br[bc < k], minlength=self.n_queries).astype(np.float64)
-        return self._count[k]
-
-    def ideal_dcg(self, k: int) -> np.ndarray:
-        """Ideal DCG@k per query (from the judgements, trec_eval)."""
-        if k not in self._ideal:
-            self._ideal[k] = np.asarray(self._ideal_dcg(k), dtype=np.float64)
-        return self._ideal[k]
-
-    def per_relevant(self, values: np.ndarray) -> np.ndarray:
-        """``values / n_relevant``, 0 for queries without relevant judgements."""
-        R = self.n_relevant
-        return np.where(R > 0, values / np.where(R > 0, R, 1.0), 0.0)
-
-
-# ----------------------------------------------------------------------------- kernels
-
-
-def _precision(h: Hits, k: int) -> np.ndarray:
-    return h.count_within(k) / k
-
-
-def _recall(h: Hits, k: int) -> np.ndarray:
-    return h.per_relevant(h.count_within(k))
-
-
-def _hit_rate(h: Hits, k: int) -> np.ndarray:
-    return (h.count_within(k) > 0).astype(np.float64)
-
-
-def _reciprocal_rank(h: Hits, k: int) -> np.ndarray:
-    first = h.first_rank
-    return np.where(first < k, 1.0 / (first + 1.0), 0.0)
-
-
-def _average_precision(h: Hits, k: int) -> np.ndarray:
-    br, bc = h.binary
-    within = bc < k
-    s = np.bincount(
-        br[within],
-        weights=h.rank_among_relevant[within] / (bc[within] + 1.0),
-        minlength=h.n_queries,
-    )
-    return h.per_relevant(s)
-
-
-def _ndcg(h: Hits, k: int) -> np.ndarray:
-    # Graded gains: every positive judgement counts, whatever relevance_level.
-    w = h.cols < k
-    dcg = np.bincount(h.rows[w], weights=h.discounted_gains[w], minlength=h.n_queries)
-    idcg = h.ideal_dcg(k)
-    return np.where(idcg > 0, dcg / np.where(idcg > 0, idcg, 1.0), 0.0)
-
-
-Kernel = Callable[[Hits, int], np.ndarray]
 
 
 # ----------------------------------------------------------------------------- the table
@@ -208,8 +99,12 @@ class Measure:
     default: bool
     label: str
     kernel: Kernel = field(repr=False)
+    #: The expected value over the orders of tied documents (None: no tie-aware form).
+    tie_kernel: TieKernel | None = field(default=None, repr=False)
     #: For a name without cutoff (required there): the ``(family, k)`` it is computed as.
     same_as: tuple[str, int] | None = None
+    #: Reported again for every extra score column a store returns (nDCG only).
+    per_extra_score: bool = False
 
     @property
     def family(self) -> str:
@@ -231,7 +126,8 @@ MEASURES: tuple[Measure, ...] = (
         cutoff=True,
         default=True,
         label="P@{k}",
-        kernel=_precision,
+        kernel=hk.precision,
+        tie_kernel=tk.expected_precision,
     ),
     Measure(
         "R@k",
@@ -241,7 +137,8 @@ MEASURES: tuple[Measure, ...] = (
         cutoff=True,
         default=True,
         label="IR recall@{k}",
-        kernel=_recall,
+        kernel=hk.recall,
+        tie_kernel=tk.expected_recall,
     ),
     Measure(
         "nDCG@k",
@@ -252,7 +149,9 @@ MEASURES: tuple[Measure, ...] = (
         cutoff=True,
         default=True,
         label="nDCG@{k}",
-        kernel=_ndcg,
+        kernel=hk.ndcg,
+        tie_kernel=tk.expected_ndcg,
+        per_extra_score=True,
     ),
     Measure(
         "AP@k",
@@ -262,7 +161,8 @@ MEASURES: tuple[Measure, ...] = (
         cutoff=True,
         default=True,
         label="AP@{k}",
-        kernel=_average_precision,
+        kernel=hk.average_precision,
+        tie_kernel=tk.expected_average_precision,
     ),
     Measure(
         "RR@k",
@@ -272,7 +172,8 @@ MEASURES: tuple[Measure, ...] = (
         cutoff=True,
         default=True,
         label="RR@{k}",
-        kernel=_reciprocal_rank,
+        kernel=hk.reciprocal_rank,
+        tie_kernel=tk.expected_reciprocal_rank,
     ),
     Measure(
         "HitRate@k",
@@ -282,7 +183,8 @@ MEASURES: tuple[Measure, ...] = (
         cutoff=True,
         default=True,
         label="recall@{k} (CLIP)",
-        kernel=_hit_rate,
+        kernel=hk.hit_rate,
+        tie_kernel=tk.expected_hit_rate,
     ),
     Measure(
         "Accuracy",
@@ -292,108 +194,9 @@ MEASURES: tuple[Measure, ...] = (
         cutoff=False,
         default=True,
         label="acc@1",
-        kernel=_hit_rate,
+        kernel=hk.hit_rate,
+        tie_kernel=tk.expected_hit_rate,
         same_as=("HitRate", 1),
-    ),
-)
-
-
-@dataclass(frozen=True)
-class TaskMeasure:
-    """A measure computed by a task outside the ranking kernel.
-
-    Attributes:
-        name: the key the task reports (``{k}`` marks a cutoff).
-        task: the task that reports it.
-        where: the function that computes it.
-        source: whose definition it follows.
-        definition: one line.
-        clip_benchmark: CLIP_benchmark's key for it, ``"–"`` where it has none.
-    """
-
-    name: str
-    task: str
-    where: str
-    source: str
-    definition: str
-    clip_benchmark: str = "–"
-
-
-#: Task-level measures, in report order.
-TASK_MEASURES: tuple[TaskMeasure, ...] = (
-    TaskMeasure(
-        "acc1",
-        "classification",
-        "classification task (HitRate@1 of the class ranking)",
-        "CLIP_benchmark zeroshot_classification",
-        "top-1 accuracy: the true class ranks first among the class prompts",
-        "acc1",
-    ),
-    TaskMeasure(
-        "acc5",
-        "classification",
-        "classification task (HitRate@5 of the class ranking)",
-        "CLIP_benchmark zeroshot_classification",
-        "top-5 accuracy: the true class is among the first 5 (nan with fewer than 5 classes)",
-        "acc5",
-    ),
-    TaskMeasure(
-        "mean_per_class_recall",
-        "classification",
-        "classification task",
-        "CLIP_benchmark (scikit-learn balanced_accuracy_score)",
-        "mean over the classes present of the fraction of their images classified correctly",
-        "mean_per_class_recall",
-    ),
-    TaskMeasure(
-        "ann_recall@{k}",
-        "retrieval (--ann-fidelity)",
-        "imsearch_align.framework.fidelity.ann_recall",
-        "ann-benchmarks (tie-tolerant, true inner products of the returned ids)",
-        "share of the exact top k found in the store's top k (ANN fidelity)",
-    ),
-    TaskMeasure(
-        "matching_accuracy",
-        "matching",
-        "matching task (scipy linear_sum_assignment)",
-        "MMA benchmark",
-        "share of test images assigned to their own caption by a one-to-one Hungarian "
-        "assignment on the aligned scores",
-    ),
-    TaskMeasure(
-        "mAP",
-        "multilabel",
-        "imsearch_align.diagnostics.multilabel.multilabel_map",
-        "CLIP_benchmark mean_average_precision (torchnet AP)",
-        "mean over classes of the average precision of the images ranked by class score "
-        "(float64 inner products; expected over the orders of tied images); a class without "
-        "positives scores 0 and counts",
-        "mean_average_precision",
-    ),
-    TaskMeasure(
-        "lp_acc1",
-        "linear_probe",
-        "imsearch_align.diagnostics.linear_probe.linear_probe",
-        "CLIP_benchmark linear_probe",
-        "top-1 accuracy of a logistic regression on frozen image embeddings",
-        "lp_acc1",
-    ),
-    TaskMeasure(
-        "lp_acc5",
-        "linear_probe",
-        "imsearch_align.diagnostics.linear_probe.linear_probe",
-        "CLIP_benchmark linear_probe",
-        "top-5 accuracy of the same probe (nan with fewer than 5 classes)",
-        "lp_acc5",
-    ),
-    TaskMeasure(
-        "bleu4",
-        "captioning",
-        "imsearch_align.diagnostics.captioning.retrieval_captioning_bleu",
-        "sacrebleu corpus_bleu (CLIP_benchmark's captioning Bleu_4, x 100)",
-        "corpus BLEU-4 (0-100) of each image's nearest other-image caption against its "
-        "reference captions",
-        "Bleu_4 (x 100)",
     ),
 )
 
@@ -529,15 +332,37 @@ def compute(hits: Hits, measures: Sequence[str]) -> dict[str, np.ndarray]:
     return out
 
 
+def tie_aware_names(k: int | str = "k") -> list[str]:
+    """The measures with a tie kernel at cutoff ``k`` (``"P@k"``, ..., ``"Accuracy"``)."""
+    return [f"{m.family}@{k}" if m.cutoff else m.name for m in MEASURES if m.tie_kernel]
+
+
+def lookup_tie_kernel(name: str) -> tuple[TieKernel, int]:
+    """The tie kernel of a canonical measure name and its cutoff.
+
+    Unknown names raise as :func:`lookup`; a measure whose entry has no
+    ``tie_kernel`` raises ``ValueError`` naming the ones that have one.
+    """
+    meas, k = lookup(name)
+    if meas.tie_kernel is None:
+        *head, last = tie_aware_names()
+        raise ValueError(
+            f"measure {name!r} has no tie-aware form; tie-aware mode supports "
+            f"{', '.join(head)} and {last}"
+        )
+    return meas.tie_kernel, k
+
+
+def compute_tie_aware(groups: TieGroups, measures: Sequence[str]) -> dict[str, np.ndarray]:
+    """Every named measure's expected value over tie orders (``name -> (groups.n,) float64``)."""
+    out: dict[str, np.ndarray] = {}
+    for name in measures:
+        kernel, k = lookup_tie_kernel(name)
+        out[name] = kernel(groups, k)
+    return out
+
+
 # ----------------------------------------------------------------------------- rendering
-
-
-def _code(alias: str) -> str:
-    """``"x (note)"`` -> ```x` (note)``; ``"–"`` stays."""
-    if alias == "–":
-        return alias
-    head, _, note = alias.partition(" ")
-    return f"`{head}`" + (f" {note}" if note else "")
 
 
 def markdown_table() -> str:
@@ -547,23 +372,8 @@ def markdown_table() -> str:
         "|---|---|---|---|",
     ]
     for m in MEASURES:
-        clip = ", ".join(_code(a) for a in m.clip_benchmark.split(", "))
-        lines.append(f"| `{m.name}` | {m.definition} | {_code(m.trec_eval)} | {clip} |")
-    return "\n".join(lines) + "\n"
-
-
-def task_markdown_table() -> str:
-    """The README's table of task-level measures (Markdown)."""
-    lines = [
-        "| measure | task | definition | CLIP_benchmark | source | computed by |",
-        "|---|---|---|---|---|---|",
-    ]
-    for t in TASK_MEASURES:
-        name = t.name.replace("{k}", "k")
-        lines.append(
-            f"| `{name}` | {t.task} | {t.definition} | {_code(t.clip_benchmark)} | {t.source} "
-            f"| {t.where} |"
-        )
+        clip = ", ".join(inline_code(a) for a in m.clip_benchmark.split(", "))
+        lines.append(f"| `{m.name}` | {m.definition} | {inline_code(m.trec_eval)} | {clip} |")
     return "\n".join(lines) + "\n"
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import itertools
 
 import numpy as np
 import pytest
@@ -168,6 +169,121 @@ def test_adding_a_measure_is_one_entry(monkeypatch):
     assert "`Hits@k`" in M.markdown_table()
     assert "Hits@k" in M.valid_measure_names()
     assert "Hits@10" not in M.default_measures([10])  # default=False
+
+
+def _dcg(h: M.Hits, k: int) -> np.ndarray:
+    """A made-up family: DCG@k, not normalised (the plain kernel)."""
+    w = h.cols < k
+    return np.bincount(h.rows[w], weights=h.discounted_gains[w], minlength=h.n_queries)
+
+
+def _expected_dcg(g: M.TieGroups, k: int) -> np.ndarray:
+    """Its tie kernel: every tied rank holds its group's mean gain."""
+    group, _, pos, row = g.ranks
+    w = pos < k
+    gain = (g.s / g.mf)[group[w]]
+    return np.bincount(row[w], weights=gain / np.log2(pos[w] + 2.0), minlength=g.n)
+
+
+_DCG = M.Measure(
+    "DCG@k",
+    "–",
+    "–",
+    "sum of gain/log2(rank+1) over the top k, not normalised",
+    cutoff=True,
+    default=True,
+    label="DCG@{k}",
+    kernel=_dcg,
+    tie_kernel=_expected_dcg,
+)
+
+
+def _every_tie_order(run: Run, qrels: Qrels, measures: list[str]):
+    """Per qrels query, the (mean, min, max) of each measure over every order of its tie
+    groups (equal scores), each order scored by ``evaluate`` on its own."""
+    out = {m: [] for m in measures}
+    for q in qrels.queries.tolist():
+        i = run.query_ids.tolist().index(q)
+        hits = int((~run.empty[i]).sum())
+        s = run.scores[i, :hits].tolist()
+        bounds = [0, *[j for j in range(1, hits) if s[j] != s[j - 1]], hits]
+        perms = [list(itertools.permutations(range(a, b))) for a, b in itertools.pairwise(bounds)]
+        orders = [[c for grp in choice for c in grp] for choice in itertools.product(*perms)]
+        ids = np.array([run.doc_ids[i, order] for order in orders])
+        one = Qrels.from_dict({n: dict(zip(qrels.doc_ids[qrels.query_ids == q].tolist(),
+                                           qrels.relevance[qrels.query_ids == q].tolist()))
+                               for n in range(len(orders))})  # fmt: skip
+        res = evaluate(Run.from_arrays(np.arange(len(orders)), ids, None), one, measures)
+        for m in measures:
+            v = res.values[m]
+            out[m].append((v.mean(), v.min(), v.max()))
+    return {m: np.array(v) for m, v in out.items()}
+
+
+def test_a_measure_added_by_one_entry_is_seen_everywhere(monkeypatch, capsys):
+    """One entry with a kernel and a tie kernel: listed by ``imsearch-align list metrics``,
+    in the README table and the default list, scored by ``evaluate``, and scored by
+    ``tie_aware_evaluate`` as the mean over every order of the tied documents."""
+    from imsearch_align.cli import main
+    from imsearch_align.framework.ties import tie_aware_evaluate
+
+    monkeypatch.setattr(M, "MEASURES", (*M.MEASURES, _DCG))
+    row = ("DCG@k", "–", "–", "sum of gain/log2(rank+1) over the top k, not normalised")
+    assert row in M.list_rows()
+    assert main(["list", "metrics"]) == 0
+    assert "sum of gain/log2(rank+1) over the top k, not normalised" in capsys.readouterr().out
+    assert "| `DCG@k` | sum of gain/log2(rank+1) over the top k, not normalised |" in (
+        M.markdown_table()
+    )
+    assert "DCG@10" in M.default_measures([10]) and M.display_label("DCG@3") == "DCG@3"
+
+    # Tie groups: ranks 2-4 and 5-6 of q0 (a full row), 1-2 and 3-5 of q1 (a short one).
+    ids = np.array([[1, 2, 3, 4, 5, 6], [7, 8, 9, 10, 11, -1]])
+    scores = np.array([[0.9, 0.8, 0.8, 0.8, 0.5, 0.5], [0.7, 0.7, 0.6, 0.6, 0.6, -np.inf]])
+    run = Run.from_arrays(["q0", "q1"], ids, scores)
+    qrels = Qrels.from_dict({"q0": {2: 1, 4: 3, 6: 2, 1: 1, 99: 2}, "q1": {8: 2, 10: 1, 11: 3}})
+    measures = ["DCG@1", "DCG@3", "DCG@5", "DCG@6", "P@3"]
+    plain = evaluate(run, qrels, measures)
+    log2 = np.log2(np.arange(2, 8))
+    want_q0 = 1 / log2[0] + 1 / log2[1] + 3 / log2[3]  # docs 1, 2, 4 in the top 5 (id order)
+    assert plain.values["DCG@5"][0] == pytest.approx(want_q0)
+
+    tie = tie_aware_evaluate(run, qrels, measures, tol=0.0)
+    brute = _every_tie_order(run, qrels, measures)
+    for m in measures:
+        mean, lo, hi = brute[m].T
+        np.testing.assert_allclose(tie.values[m], mean, rtol=0, atol=1e-12, err_msg=m)
+        np.testing.assert_allclose(tie.low[m], lo, rtol=0, atol=1e-12, err_msg=m)
+        np.testing.assert_allclose(tie.high[m], hi, rtol=0, atol=1e-12, err_msg=m)
+    assert tie.n_tie_dependent["DCG@3"] == 2 and tie.values["DCG@3"][0] != plain.values["DCG@3"][0]
+
+
+def test_a_measure_added_by_one_entry_reaches_an_experiments_tie_aware_results(
+    monkeypatch, tmp_path
+):
+    """A default entry is reported by an experiment: expected value, tie rule and tie report."""
+    from imsearch_align.experiment import ExperimentConfig, run_experiment
+
+    monkeypatch.setattr(M, "MEASURES", (*M.MEASURES, _DCG))
+    syn = {"n_images": 120, "captions_per_image": 2, "seed": 3, "d_image": 16, "d_text": 12}
+    cfg = ExperimentConfig(
+        dataset="synthetic",
+        dataset_params=syn,
+        image_encoder=None,
+        text_encoder=None,
+        method="procrustes",
+        store="exact",
+        n_support=60,
+        cache_dir=None,
+        k_values=(1, 5),
+    )
+    res = run_experiment(cfg, output_dir=tmp_path / "out", progress=False)
+    assert res.status.ok, res.status
+    t2i = res.rankings["t2i"]
+    for name in ("DCG@1", "DCG@5"):
+        assert name in t2i.metrics and name in t2i.tie_rule and name in t2i.ties["measures"]
+    # One relevant image per caption: the ideal DCG is 1, so DCG@k is nDCG@k.
+    assert t2i.metrics["DCG@5"] == pytest.approx(t2i.metrics["nDCG@5"], abs=1e-12)
 
 
 def test_unknown_names_suggest_ours():

@@ -8,6 +8,7 @@ and maximum per query.
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import math
 
@@ -459,13 +460,12 @@ def test_unknown_measure_is_named_with_a_suggestion():
 
 
 def test_measure_without_tie_aware_form_is_named(monkeypatch):
-    """A family the tie-rule evaluator knows but this module has no closed form for."""
-    real = ties.parse_measure
+    """A family the tie-rule evaluator knows but whose table entry has no tie kernel."""
+    from imsearch_align.framework import measures
 
-    def parse(name):
-        return ("Burges", 10) if name == "nDCGBurges@10" else real(name)
-
-    monkeypatch.setattr(ties, "parse_measure", parse)
+    ndcg, _ = measures.lookup("nDCG@10")
+    burges = dataclasses.replace(ndcg, name="nDCGBurges@k", tie_kernel=None)
+    monkeypatch.setattr(measures, "MEASURES", (*measures.MEASURES, burges))
     run, qrels = _tiny()
     with pytest.raises(ValueError, match=r"'nDCGBurges@10' has no tie-aware form"):
         tie_aware_evaluate(run, qrels, ["P@1", "nDCGBurges@10"], tol=0.0)

@@ -1,0 +1,135 @@
+"""The task-level measures: computed by the task that reports them, listed here.
+
+Classification, matching, multi-label, linear probe, captioning and ANN
+fidelity report measures outside the ranking kernel; :data:`TASK_MEASURES`
+lists them so that ``imsearch-align list metrics``
+(:func:`imsearch_align.framework.measures.list_rows`) and the README
+(:func:`task_markdown_table`) show them beside the ranking measures of
+:mod:`imsearch_align.framework.measures`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+__all__ = ["TASK_MEASURES", "TaskMeasure", "inline_code", "task_markdown_table"]
+
+
+@dataclass(frozen=True)
+class TaskMeasure:
+    """A measure computed by a task outside the ranking kernel.
+
+    Attributes:
+        name: the key the task reports (``{k}`` marks a cutoff).
+        task: the task that reports it.
+        where: the function that computes it.
+        source: whose definition it follows.
+        definition: one line.
+        clip_benchmark: CLIP_benchmark's key for it, ``"–"`` where it has none.
+    """
+
+    name: str
+    task: str
+    where: str
+    source: str
+    definition: str
+    clip_benchmark: str = "–"
+
+
+#: Task-level measures, in report order.
+TASK_MEASURES: tuple[TaskMeasure, ...] = (
+    TaskMeasure(
+        "acc1",
+        "classification",
+        "classification task (HitRate@1 of the class ranking)",
+        "CLIP_benchmark zeroshot_classification",
+        "top-1 accuracy: the true class ranks first among the class prompts",
+        "acc1",
+    ),
+    TaskMeasure(
+        "acc5",
+        "classification",
+        "classification task (HitRate@5 of the class ranking)",
+        "CLIP_benchmark zeroshot_classification",
+        "top-5 accuracy: the true class is among the first 5 (nan with fewer than 5 classes)",
+        "acc5",
+    ),
+    TaskMeasure(
+        "mean_per_class_recall",
+        "classification",
+        "classification task",
+        "CLIP_benchmark (scikit-learn balanced_accuracy_score)",
+        "mean over the classes present of the fraction of their images classified correctly",
+        "mean_per_class_recall",
+    ),
+    TaskMeasure(
+        "ann_recall@{k}",
+        "retrieval (--ann-fidelity)",
+        "imsearch_align.framework.fidelity.ann_recall",
+        "ann-benchmarks (tie-tolerant, true inner products of the returned ids)",
+        "share of the exact top k found in the store's top k (ANN fidelity)",
+    ),
+    TaskMeasure(
+        "matching_accuracy",
+        "matching",
+        "matching task (scipy linear_sum_assignment)",
+        "MMA benchmark",
+        "share of test images assigned to their own caption by a one-to-one Hungarian "
+        "assignment on the aligned scores",
+    ),
+    TaskMeasure(
+        "mAP",
+        "multilabel",
+        "imsearch_align.diagnostics.multilabel.multilabel_map",
+        "CLIP_benchmark mean_average_precision (torchnet AP)",
+        "mean over classes of the average precision of the images ranked by class score "
+        "(float64 inner products; expected over the orders of tied images); a class without "
+        "positives scores 0 and counts",
+        "mean_average_precision",
+    ),
+    TaskMeasure(
+        "lp_acc1",
+        "linear_probe",
+        "imsearch_align.diagnostics.linear_probe.linear_probe",
+        "CLIP_benchmark linear_probe",
+        "top-1 accuracy of a logistic regression on frozen image embeddings",
+        "lp_acc1",
+    ),
+    TaskMeasure(
+        "lp_acc5",
+        "linear_probe",
+        "imsearch_align.diagnostics.linear_probe.linear_probe",
+        "CLIP_benchmark linear_probe",
+        "top-5 accuracy of the same probe (nan with fewer than 5 classes)",
+        "lp_acc5",
+    ),
+    TaskMeasure(
+        "bleu4",
+        "captioning",
+        "imsearch_align.diagnostics.captioning.retrieval_captioning_bleu",
+        "sacrebleu corpus_bleu (CLIP_benchmark's captioning Bleu_4, x 100)",
+        "corpus BLEU-4 (0-100) of each image's nearest other-image caption against its "
+        "reference captions",
+        "Bleu_4 (x 100)",
+    ),
+)
+
+
+def inline_code(alias: str) -> str:
+    """``"x (note)"`` -> ```x` (note)``; ``"–"`` stays."""
+    if alias == "–":
+        return alias
+    head, _, note = alias.partition(" ")
+    return f"`{head}`" + (f" {note}" if note else "")
+
+
+def task_markdown_table() -> str:
+    """The README's table of task-level measures (Markdown)."""
+    lines = [
+        "| measure | task | definition | CLIP_benchmark | source | computed by |",
+        "|---|---|---|---|---|---|",
+    ]
+    for t in TASK_MEASURES:
+        name, clip = t.name.replace("{k}", "k"), inline_code(t.clip_benchmark)
+        lines.append(f"| `{name}` | {t.task} | {t.definition} | {clip} | {t.source} | {t.where} |")
+    return "\n".join(lines) + "\n"
