@@ -21,14 +21,16 @@ from __future__ import annotations
 
 import hashlib
 import os
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
 from imsearch_align.cache import CacheKey, EmbeddingCache
-from imsearch_align.datasets._local import ZeroEmbeddingWarning, check_zero_rows
 from imsearch_align.datasets.base import PairedDataset
+from imsearch_align.datasets.errors import ZeroEmbeddingWarning
+from imsearch_align.datasets.vectors import check_zero_rows
 from imsearch_align.framework.interfaces import IdLookupProvider, VersionedProvider
 from imsearch_align.framework.validation import check_matrix
 
@@ -134,6 +136,18 @@ def _split_label(rows: pd.DataFrame, n_total: int) -> str:
     return "+".join(splits) or "none"
 
 
+def _cached(
+    cache_dir: str | os.PathLike | None,
+    key: Callable[[], CacheKey],
+    compute: Callable[[], np.ndarray],
+) -> np.ndarray:
+    """``compute()``, through the cache in ``cache_dir`` under ``key()`` when one is given
+    (the key is only made then: it may hash every input)."""
+    if cache_dir is None:
+        return compute()
+    return EmbeddingCache(cache_dir).get_or_compute(key(), compute)
+
+
 def embed(
     dataset: PairedDataset,
     provider: Any,
@@ -183,18 +197,17 @@ def embed(
             raise ValueError(f"provider returned {out.shape[0]} rows for {len(items)} items")
         return out
 
-    if cache_dir is None:
-        out = compute()
-    else:
+    def key() -> CacheKey:
         n_total = len(dataset.images) if modality == "image" else len(dataset.texts)
-        key = CacheKey(
+        return CacheKey(
             provider_id=pkey,
             dataset_id=dataset.name,
             modality=modality,
             split=_split_label(rows, n_total),
             inputs_sha256=_inputs_hash(modality, row_ids, None if by_id else items),
         )
-        out = EmbeddingCache(cache_dir).get_or_compute(key, compute)
+
+    out = _cached(cache_dir, key, compute)
     check_zero_rows(out, row_ids, f"{modality} embeddings of dataset {dataset.name!r} by {pkey}")
     return out
 
@@ -261,16 +274,15 @@ def embed_texts(
             raise ValueError(f"provider returned {out.shape[0]} rows for {len(texts)} texts")
         return out
 
-    if cache_dir is None:
-        out = compute()
-    else:
-        key = CacheKey(
+    def key() -> CacheKey:
+        return CacheKey(
             provider_id=pkey,
             dataset_id=namespace,
             modality="text",
             split="texts",
             inputs_sha256=texts_sha256(texts),
         )
-        out = EmbeddingCache(cache_dir).get_or_compute(key, compute)
+
+    out = _cached(cache_dir, key, compute)
     check_zero_rows(out, None, f"text embeddings of {namespace!r} by {pkey}")
     return out

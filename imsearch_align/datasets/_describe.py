@@ -7,14 +7,14 @@
   value for a result file: plain values as they are, in-memory data
   (a DataFrame, a ``datasets.Dataset`` / ``DatasetDict``, a numpy array, a
   :class:`~imsearch_align.datasets.base.PairedDataset`) as its type, shape
-  and a SHA-256 of its content, so two different tables never share a key.
+  and a SHA-256 of its content (:mod:`~imsearch_align.datasets._digest`), so
+  two different tables never share a key.
 """
 
 from __future__ import annotations
 
 import hashlib
 import inspect
-import math
 import os
 import re
 from collections.abc import Mapping
@@ -24,117 +24,17 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from imsearch_align.framework.validation import array_buffer
+from imsearch_align.datasets._digest import feed_value, frame_digest, hf_dataset_digest
+from imsearch_align.datasets.base import PairedDataset
 
-__all__ = [
-    "ParamDoc",
-    "describe",
-    "describe_markdown",
-    "describe_param_value",
-    "feed_column",
-    "feed_value",
-]
-
-
-# ----------------------------------------------------------------------------- content digests
-
-
-def feed_value(h: Any, v: Any) -> None:
-    """Feed one cell/value into the hash ``h`` in a type-tagged, unambiguous encoding.
-
-    Strings, bytes (as their SHA-256), numbers, None/NaN, bools, lists,
-    tuples, dicts (by sorted key), numpy arrays and PIL images are supported;
-    anything else raises TypeError (its content cannot be told apart).
-    """
-    if v is None or v is pd.NA or v is pd.NaT:
-        h.update(b"N;")
-    elif isinstance(v, str):
-        b = v.encode("utf-8", "surrogatepass")
-        h.update(b"s%d:" % len(b) + b)
-    elif isinstance(v, bytes | bytearray | memoryview):
-        h.update(b"b" + hashlib.sha256(bytes(v)).digest())
-    elif isinstance(v, bool | np.bool_):
-        h.update(b"T;" if v else b"F;")
-    elif isinstance(v, int | np.integer):
-        h.update(b"i%d;" % int(v))
-    elif isinstance(v, float | np.floating):
-        h.update(b"N;" if math.isnan(float(v)) else f"f{float(v)!r};".encode())
-    elif isinstance(v, np.ndarray):
-        if v.dtype.kind in "biufc":
-            h.update(f"a{v.dtype.str}{v.shape};".encode())
-            h.update(array_buffer(v))
-        else:
-            h.update(f"l{v.size};".encode())
-            for x in v.ravel():
-                feed_value(h, x)
-    elif isinstance(v, list | tuple):
-        h.update(f"l{len(v)};".encode())
-        for x in v:
-            feed_value(h, x)
-    elif isinstance(v, Mapping):
-        h.update(f"d{len(v)};".encode())
-        for k in sorted(v, key=str):
-            feed_value(h, str(k))
-            feed_value(h, v[k])
-    elif hasattr(v, "tobytes") and hasattr(v, "mode") and hasattr(v, "size"):  # PIL image
-        h.update(f"img{v.mode}{v.size};".encode())
-        h.update(hashlib.sha256(v.tobytes()).digest())
-    else:
-        raise TypeError(f"cannot digest a value of type {type(v).__name__}: {v!r:.80}")
-
-
-def feed_column(h: Any, values: Any) -> None:
-    """Feed every value of a column into ``h``.
-
-    A column of plain strings (captions, paths) is fed as its length, the
-    character count of every string and their concatenation (unambiguous,
-    and C-speed: about 0.1 s per million captions); any other column value
-    by value with :func:`feed_value`.
-    """
-    vals = values.tolist() if hasattr(values, "tolist") else list(values)
-    if set(map(type, vals)) <= {str}:
-        h.update(b"S%d;" % len(vals))
-        h.update(np.fromiter(map(len, vals), np.int64, len(vals)).tobytes())
-        h.update("".join(vals).encode("utf-8", "surrogatepass"))
-    else:
-        h.update(b"L%d;" % len(vals))
-        for v in vals:
-            feed_value(h, v)
-
-
-def _frame_digest(df: Any, h: Any) -> None:
-    h.update(f"frame{df.shape};".encode())
-    for col in df.columns:
-        s = df[col]
-        h.update(f"col:{col!s};".encode())
-        # Numeric columns by their bytes (dtype included: it fixes their meaning);
-        # others cell by cell, so pandas' object vs string dtypes give one digest.
-        if isinstance(s.dtype, np.dtype) and s.dtype.kind in "biufcmM":
-            h.update(f"{s.dtype.str};".encode())
-            h.update(np.ascontiguousarray(s.to_numpy()).tobytes())
-        else:
-            feed_column(h, s)
-
-
-def _hf_dataset_digest(ds: Any, h: Any) -> None:
-    import datasets as hfd
-
-    # Encoded bytes, not decoded pixels: fast, and exactly what the loader stores.
-    for name, feat in ds.features.items():
-        if isinstance(feat, hfd.Image) and feat.decode:
-            ds = ds.cast_column(name, hfd.Image(decode=False))
-    h.update(f"hfds{ds.num_rows};{ds.features!r};".encode())
-    for batch in ds.to_pandas(batch_size=4096, batched=True):
-        _frame_digest(batch, h)
+__all__ = ["ParamDoc", "describe", "describe_markdown", "describe_param_value"]
 
 
 def _describe_data(value: Any) -> dict[str, Any] | None:
     """The digest record of in-memory data, or None when ``value`` is not data."""
-    from imsearch_align.datasets.base import PairedDataset
-
     h = hashlib.sha256()
     if isinstance(value, pd.DataFrame):
-        _frame_digest(value, h)
+        frame_digest(value, h)
         return {
             "type": "pandas.DataFrame",
             "rows": len(value),
@@ -162,7 +62,7 @@ def _describe_data(value: Any) -> dict[str, Any] | None:
         import datasets as hfd
 
         if isinstance(value, hfd.Dataset):
-            _hf_dataset_digest(value, h)
+            hf_dataset_digest(value, h)
             return {
                 "type": "datasets.Dataset",
                 "rows": value.num_rows,
@@ -173,7 +73,7 @@ def _describe_data(value: Any) -> dict[str, Any] | None:
             splits = {}
             for name in sorted(value):
                 hs = hashlib.sha256()
-                _hf_dataset_digest(value[name], hs)
+                hf_dataset_digest(value[name], hs)
                 splits[name] = {"rows": value[name].num_rows, "sha256": hs.hexdigest()}
                 h.update(f"{name}:{splits[name]['sha256']};".encode())
             return {"type": "datasets.DatasetDict", "splits": splits, "sha256": h.hexdigest()}

@@ -1,4 +1,4 @@
-"""Helpers shared by the loaders: layout errors, text files, bad rows, image checks, Hub access.
+"""Helpers shared by the loaders: folders, text files, bad rows, image checks, Hub access.
 
 Bad input is handled the same way in every loader:
 
@@ -12,6 +12,8 @@ Bad input is handled the same way in every loader:
   :attr:`PairedDataset.skipped <imsearch_align.datasets.base.PairedDataset.skipped>`
   and reported in one warning per reason with the count and an example.
 
+The errors themselves are in :mod:`imsearch_align.datasets.errors`.
+
 Text files are read as UTF-8; a leading byte-order mark (an Excel export)
 is dropped, and a byte that is not UTF-8 is an error naming the file and line.
 """
@@ -19,61 +21,47 @@ is dropped, and a byte that is not UTF-8 is an error naming the file and line.
 from __future__ import annotations
 
 import io
+import json
 import os
 import warnings
+import zipfile
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 import pandas as pd
 
-from imsearch_align.adapters.encoders._common import BadImageError
+from imsearch_align.datasets.errors import (
+    SKIP_REASONS,
+    BadAnnotationError,
+    BadImageError,
+    HubUnreachableError,
+    LayoutError,
+    layout_error,
+)
 
 __all__ = [
-    "SKIP_REASONS",
-    "BadAnnotationError",
-    "BadImageError",
-    "HubUnreachableError",
-    "LayoutError",
+    "MAX_CAPTIONS",
     "Skips",
-    "ZeroEmbeddingWarning",
+    "caption_table",
     "check_images",
-    "check_zero_rows",
+    "check_root",
     "find_first",
     "hub_download",
+    "hub_images",
+    "read_karpathy_json",
     "read_text",
+    "readable",
+    "sentence_captions",
 ]
 
-#: Why an item was left out of a dataset (keys of ``PairedDataset.skipped``).
-SKIP_REASONS = {
-    "missing_image": "image file does not exist",
-    "unreadable_image": "image file cannot be decoded (corrupt or truncated)",
-    "missing_caption": "caption row has no caption field",
-    "empty_caption": "caption is empty or whitespace only",
-    "missing_label": "image has no class label",
-}
+T = TypeVar("T")
 
-
-class LayoutError(FileNotFoundError):
-    """A dataset folder or file is missing; the message shows the expected layout."""
-
-
-class HubUnreachableError(ConnectionError):
-    """The Hugging Face Hub could not be reached (offline, no network)."""
-
-
-class BadAnnotationError(ValueError):
-    """A caption or label row is missing or empty; the message names the file and line."""
-
-
-def layout_error(what: str, root: Path | str | None, layout: str, how: str) -> LayoutError:
-    """A :class:`LayoutError` that lists the expected layout and how to get the data."""
-    return LayoutError(
-        f"{what} (root={str(root)!r}).\nExpected layout:\n{layout}\nHow to get it: {how}"
-    )
+#: Captions per image that caption ids leave room for: ``text_id = image_id * MAX_CAPTIONS + k``.
+MAX_CAPTIONS = 100
 
 
 def find_first(root: Path, candidates: Sequence[str]) -> Path | None:
@@ -115,6 +103,23 @@ def read_text(path: Path) -> str:
             f"{str(path)!r} line {line} column {col}: byte 0x{data[exc.start]:02x} is not valid "
             "UTF-8; re-save the file as UTF-8 (e.g. iconv -f cp1252 -t utf-8)"
         ) from None
+
+
+def read_karpathy_json(
+    path: Path, record: Callable[[int, Any], T], *, what: str, expected: str
+) -> list[T]:
+    """``record(i, entry)`` of every ``images[]`` entry of a Karpathy caption JSON.
+
+    A file that is not JSON, or an entry without a field ``record`` reads,
+    raises ValueError: ``path`` is not ``what``, with the ``expected`` shape.
+    """
+    try:
+        data = json.loads(read_text(path))
+        return [record(i, im) for i, im in enumerate(data["images"])]
+    except (json.JSONDecodeError, KeyError, TypeError, AttributeError) as exc:
+        raise ValueError(
+            f"{str(path)!r} is not {what}: expected {expected} ({type(exc).__name__}: {exc})"
+        ) from exc
 
 
 class Skips:
@@ -160,6 +165,16 @@ class Skips:
             )
         self.add(reason, 1, where)
         return None
+
+    def captions(self, values: Iterable[Any], where: str, item: str, *, skip: bool) -> list[str]:
+        """The kept :meth:`caption` of each value, in order; the ``k``-th is named
+        ``f"{where} {item}"`` with ``{k}`` in ``item`` filled (``"sentences[{k}]"``)."""
+        out = []
+        for k, value in enumerate(values):
+            c = self.caption(value, f"{where} {item.format(k=k)}", skip=skip)
+            if c is not None:
+                out.append(c)
+        return out
 
     def warn(self, stacklevel: int = 3) -> None:
         """One warning per reason with the count and an example."""
@@ -282,6 +297,42 @@ def check_images(
     return images[keep]
 
 
+def sentence_captions(sentences: Any, where: str, skips: Skips, *, skip: bool) -> list[str]:
+    """The checked captions (``raw``) of one Karpathy entry's ``sentences``,
+    the ``k``-th named ``f"{where} sentences[{k}]"``."""
+    raws = [s.get("raw") if isinstance(s, dict) else None for s in sentences]
+    return skips.captions(raws, where, "sentences[{k}]", skip=skip)
+
+
+def caption_table(
+    captions: Iterable[tuple[int, str, Sequence[str]]], *, name: str, max_captions: int | None
+) -> pd.DataFrame:
+    """The texts table of per-image captions ``(image_id, label, captions)``.
+
+    Keeps the first ``max_captions`` captions of each image (all when None),
+    ``text_id = image_id * MAX_CAPTIONS + k`` for the ``k``-th; an image with
+    more than :data:`MAX_CAPTIONS` captions raises, named by ``label``.
+    """
+    cap_per = MAX_CAPTIONS if max_captions is None else max_captions
+    t_id, t_img, t_cap = [], [], []
+    for image_id, label, caps in captions:
+        if len(caps) > MAX_CAPTIONS:
+            raise ValueError(
+                f"{name}: image {label} has {len(caps)} captions, at most {MAX_CAPTIONS} supported"
+            )
+        for k, c in enumerate(caps[:cap_per]):
+            t_id.append(int(image_id) * MAX_CAPTIONS + k)
+            t_img.append(image_id)
+            t_cap.append(c)
+    return pd.DataFrame(
+        {
+            "text_id": np.asarray(t_id, np.int64),
+            "image_id": np.asarray(t_img, np.int64),
+            "caption": t_cap,
+        }
+    )
+
+
 def hub_download(repo_id: str, filename: str, *, what: str, local_hint: str) -> str:
     """``hf_hub_download`` of a dataset file, or :class:`HubUnreachableError` with a way out."""
     try:
@@ -301,67 +352,27 @@ def hub_download(repo_id: str, filename: str, *, what: str, local_hint: str) -> 
         ) from exc
 
 
-def as_splits(splits: Any, name: str = "splits") -> tuple[str, ...] | None:
-    """``splits`` as a tuple of split names: a list, or a comma string (``"train,test"``).
+def hub_images(
+    repo_id: str,
+    annotations: str,
+    archive: str,
+    folder_name: str,
+    root: Path | None,
+    *,
+    what: str,
+    local_hint: str,
+) -> tuple[Path, Path, Path]:
+    """``(annotations file, target, images folder)`` of a Hub dataset of images.
 
-    None stays None (all splits). ``restval`` counts as ``train``, ``validation``
-    and ``dev`` as ``val``. Unknown names raise with the valid ones.
+    Downloads ``annotations`` and, unless ``target / folder_name`` exists,
+    the zip ``archive``, extracted into ``target``: ``root`` when given, else
+    the folder of the downloaded annotations (next to the Hub cache).
     """
-    from imsearch_align.datasets.base import SPLITS
-
-    if splits is None:
-        return None
-    if isinstance(splits, str):
-        items = [s.strip() for s in splits.split(",") if s.strip()]
-    elif isinstance(splits, Sequence) and all(isinstance(s, str) for s in splits):
-        items = [s.strip() for s in splits]
-    else:
-        raise TypeError(
-            f"{name} must be a list of split names or a comma-separated string like "
-            f"'train,test', got {splits!r}"
-        )
-    alias = {"restval": "train", "validation": "val", "dev": "val"}
-    items = [alias.get(s, s) for s in items]
-    bad = [s for s in items if s not in SPLITS]
-    if bad or not items:
-        raise ValueError(f"{name} must name splits among {list(SPLITS)}, got {splits!r}")
-    return tuple(dict.fromkeys(items))
-
-
-class ZeroEmbeddingWarning(UserWarning):
-    """Some embedding rows are all zeros: those items score 0 against everything."""
-
-
-def check_zero_rows(arr: Any, ids: Any, what: str, *, stacklevel: int = 3) -> int:
-    """Warn about all-zero rows of ``arr`` (count and example ids); return their count.
-
-    A zero row has no direction: its inner product and cosine with every
-    vector are 0, so the item can never be found nor find anything. A few
-    (blank images, empty strings an encoder maps to 0) are reported with
-    :class:`ZeroEmbeddingWarning`; when *every* row is zero the scores carry
-    no information at all and ValueError is raised instead.
-    """
-    a = np.asarray(arr)
-    if a.ndim != 2 or a.shape[0] == 0:
-        return 0
-    zero = ~np.any(a != 0, axis=1)
-    n = int(zero.sum())
-    if n == 0:
-        return 0
-    ex = (
-        f"ids {np.asarray(ids)[zero][:5].tolist()}"
-        if ids is not None
-        else f"rows {np.flatnonzero(zero)[:5].tolist()}"
-    )
-    if n == a.shape[0]:
-        raise ValueError(
-            f"{what}: all {n} embedding rows are zero vectors, so every score would be 0; "
-            "check the embeddings file or the encoder's input"
-        )
-    warnings.warn(
-        f"{what}: {n} of {a.shape[0]} embedding rows are all zeros (they score 0 against "
-        f"everything and cannot be retrieved), e.g. {ex}",
-        ZeroEmbeddingWarning,
-        stacklevel=stacklevel,
-    )
-    return n
+    ann = Path(hub_download(repo_id, annotations, what=what, local_hint=local_hint))
+    target = Path(root).expanduser() if root is not None else ann.parent
+    folder = target / folder_name
+    if not folder.is_dir():
+        zpath = hub_download(repo_id, archive, what=what, local_hint=local_hint)
+        with zipfile.ZipFile(zpath) as z:
+            z.extractall(target)
+    return ann, target, folder

@@ -6,7 +6,8 @@ import inspect
 from collections.abc import Mapping
 from typing import Any
 
-from imsearch_align.datasets.base import SUPPORT_SPLIT, EmbeddedDataset, PairedDataset
+from imsearch_align.datasets.base import EmbeddedDataset, PairedDataset
+from imsearch_align.datasets.splits import SUPPORT_SPLIT
 
 __all__ = ["load_support_dataset"]
 

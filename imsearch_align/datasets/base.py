@@ -23,6 +23,10 @@ follow the official split where one exists (Karpathy for Flickr30k and COCO)
 and otherwise a seeded ratio over images (:meth:`PairedDataset.resplit`).
 Splitting by image keeps all captions of an image on one side, so no test
 pair can leak into the support set.
+
+Around it: the split names in :mod:`~imsearch_align.datasets.splits` (re-exported
+here), the construction checks in ``_tables``, the steps of
+:meth:`PairedDataset.from_arrays` in ``_arrays``, content digests in ``_digest``.
 """
 
 from __future__ import annotations
@@ -32,16 +36,23 @@ import os
 import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import Any, NamedTuple
 
 import numpy as np
 import pandas as pd
 
+from imsearch_align.datasets._arrays import array_tables, checked_pairing, merge_repeated_images
+from imsearch_align.datasets._digest import feed_column, feed_value
+from imsearch_align.datasets._tables import (
+    checked_class_names,
+    checked_skipped,
+    checked_tables,
+    checked_templates,
+)
+from imsearch_align.datasets.splits import SPLITS, SUPPORT_SPLIT, TEST_SPLIT, seeded_split
+from imsearch_align.datasets.vectors import PrecomputedEmbeddings
 from imsearch_align.framework.metrics import Qrels
-from imsearch_align.framework.validation import check_int
-
-if TYPE_CHECKING:
-    from imsearch_align.adapters.encoders.precomputed import PrecomputedEmbeddings
+from imsearch_align.framework.validation import check_matrix
 
 __all__ = [
     "SPLITS",
@@ -52,71 +63,7 @@ __all__ = [
     "seeded_split",
 ]
 
-#: Split names a dataset may use.
-SPLITS = ("train", "val", "test")
-#: The split an alignment method is fitted on (its N paired examples come from here).
-SUPPORT_SPLIT = "train"
-#: The split search quality is measured on.
-TEST_SPLIT = "test"
-
 _DIRECTIONS = ("t2i", "i2t")
-
-
-def _distinct_rows(X: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """``(heads, image_of_row)``: the first row of each distinct row of ``X``
-    (ascending) and, per row, the index of its distinct row in ``heads``.
-    Rows are compared by a 160-bit digest of their bytes, one row at a time
-    (no copy of ``X``). All-zero rows (missing embeddings, warned elsewhere)
-    are each their own."""
-    first: dict[Any, int] = {}
-    image_of_row = np.empty(X.shape[0], dtype=np.int64)
-    for i in range(X.shape[0]):
-        row = X[i]
-        key = hashlib.blake2b(row.tobytes(), digest_size=20).digest() if row.any() else i
-        image_of_row[i] = first.setdefault(key, len(first))
-    if len(first) == X.shape[0]:
-        return np.arange(X.shape[0], dtype=np.int64), image_of_row
-    # distinct rows are numbered in order of first appearance: heads ascend
-    heads = np.unique(image_of_row, return_index=True)[1].astype(np.int64)
-    return heads, image_of_row
-
-
-def seeded_split(
-    n: int, *, test_fraction: float, seed: int, val_fraction: float = 0.0
-) -> np.ndarray:
-    """Assign ``n`` items to ``train``/``val``/``test`` by a seeded permutation.
-
-    The counts are ``round(n * test_fraction)`` test and
-    ``round(n * val_fraction)`` val items, the rest train; the same ``seed``
-    always gives the same assignment. Returns an object array of split names.
-    """
-    n = check_int(n, "n", low=0)
-    for name, frac in (("test_fraction", test_fraction), ("val_fraction", val_fraction)):
-        if not isinstance(frac, float | int) or not 0.0 <= float(frac) <= 1.0:
-            raise ValueError(f"{name} must be a number in [0, 1], got {frac!r}")
-    if float(test_fraction) + float(val_fraction) > 1.0:
-        raise ValueError(
-            "test_fraction + val_fraction must be <= 1, got "
-            f"{test_fraction} + {val_fraction} = {float(test_fraction) + float(val_fraction)}"
-        )
-    seed = check_int(seed, "seed", low=0)
-    n_test = round(n * float(test_fraction))
-    n_val = round(n * float(val_fraction))
-    order = np.random.default_rng(seed).permutation(n)
-    out = np.full(n, "train", dtype=object)
-    out[order[:n_test]] = "test"
-    out[order[n_test : n_test + n_val]] = "val"
-    return out
-
-
-def _as_int64_column(df: pd.DataFrame, col: str, table: str) -> pd.Series:
-    s = df[col]
-    if not pd.api.types.is_integer_dtype(s.dtype):
-        raise TypeError(f"PairedDataset: {table}.{col} must be integers, got dtype {s.dtype}")
-    s = s.astype(np.int64)
-    if len(s) and int(s.min()) < 0:
-        raise ValueError(f"PairedDataset: {table}.{col} must be >= 0, got {int(s.min())}")
-    return s
 
 
 @dataclass(frozen=True, eq=False)
@@ -152,108 +99,16 @@ class PairedDataset:
     _fingerprint: str | None = field(default=None, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        self._check_skipped()
+        object.__setattr__(self, "skipped", checked_skipped(self.skipped))
         if not isinstance(self.name, str) or not self.name:
             raise ValueError(f"PairedDataset: name must be a non-empty string, got {self.name!r}")
-        for tname in ("images", "texts"):
-            if not isinstance(getattr(self, tname), pd.DataFrame):
-                raise TypeError(
-                    f"PairedDataset: {tname} must be a pandas DataFrame, "
-                    f"got {type(getattr(self, tname)).__name__}"
-                )
-        images = self.images.reset_index(drop=True).copy()
-        texts = self.texts.reset_index(drop=True).copy()
-        for tname, df, cols in (
-            ("images", images, ("image_id",)),
-            ("texts", texts, ("text_id", "image_id", "caption")),
-        ):
-            missing = [c for c in cols if c not in df.columns]
-            if missing:
-                raise ValueError(
-                    f"PairedDataset: {tname} is missing column(s) {missing}; "
-                    f"got columns {list(df.columns)}"
-                )
-        images["image_id"] = _as_int64_column(images, "image_id", "images")
-        texts["text_id"] = _as_int64_column(texts, "text_id", "texts")
-        texts["image_id"] = _as_int64_column(texts, "image_id", "texts")
-        for tname, df, col in (("images", images, "image_id"), ("texts", texts, "text_id")):
-            dup = df[col].duplicated()
-            if dup.any():
-                raise ValueError(
-                    f"PairedDataset: {tname}.{col} must be unique, got duplicate(s) "
-                    f"{df.loc[dup, col].unique()[:5].tolist()}"
-                )
-        known = texts["image_id"].isin(images["image_id"])
-        if not known.all():
-            bad = texts.loc[~known, "image_id"].unique()
-            raise ValueError(
-                f"PairedDataset: {int((~known).sum())} caption(s) reference unknown image_id(s) "
-                f"{bad[:5].tolist()}{' ...' if len(bad) > 5 else ''}; every texts.image_id must "
-                "appear in images.image_id"
-            )
-        if "split" not in images.columns:
-            images["split"] = TEST_SPLIT
-        images["split"] = images["split"].astype(str)
-        bad_split = ~images["split"].isin(SPLITS)
-        if bad_split.any():
-            raise ValueError(
-                f"PairedDataset: images.split must be one of {list(SPLITS)}, got "
-                f"{sorted(images.loc[bad_split, 'split'].unique())[:5]}"
-            )
-        # A caption's split is its image's split by construction: that is what
-        # makes a support/test leak impossible.
-        img_split = texts["image_id"].map(
-            pd.Series(images["split"].to_numpy(), index=images["image_id"])
-        )
-        if "split" in texts.columns:
-            differs = texts["split"].astype(str).to_numpy() != img_split.to_numpy()
-            if differs.any():
-                i = int(np.flatnonzero(differs)[0])
-                raise ValueError(
-                    f"PairedDataset: text_id {int(texts['text_id'].iloc[i])} has split "
-                    f"{texts['split'].iloc[i]!r} but its image {int(texts['image_id'].iloc[i])} "
-                    f"is in {img_split.iloc[i]!r}; a caption must share its image's split"
-                )
-        texts["split"] = img_split.astype(str).to_numpy()
-        if "label" in images.columns:
-            images["label"] = _as_int64_column(images, "label", "images")
+        images, texts = checked_tables(self.images, self.texts)
         if self.class_names is not None:
-            object.__setattr__(self, "class_names", tuple(str(c) for c in self.class_names))
-            n_cls = len(self.class_names)
-            if "label" in images.columns and len(images) and int(images["label"].max()) >= n_cls:
-                raise ValueError(
-                    f"PairedDataset: images.label must be < len(class_names) = {n_cls}, "
-                    f"got {int(images['label'].max())}"
-                )
+            object.__setattr__(self, "class_names", checked_class_names(self.class_names, images))
         if self.templates is not None:
-            tpl = tuple(str(t) for t in self.templates)
-            no_slot = [t for t in tpl if "{c}" not in t]
-            if no_slot:
-                raise ValueError(
-                    f"PairedDataset: every template must contain '{{c}}', got {no_slot[:3]}"
-                )
-            object.__setattr__(self, "templates", tpl)
+            object.__setattr__(self, "templates", checked_templates(self.templates))
         object.__setattr__(self, "images", images)
         object.__setattr__(self, "texts", texts)
-
-    def _check_skipped(self) -> None:
-        from imsearch_align.datasets._local import SKIP_REASONS
-
-        if not isinstance(self.skipped, Mapping):
-            raise TypeError(
-                f"PairedDataset: skipped must be a mapping reason -> count, got {self.skipped!r}"
-            )
-        bad = [
-            k
-            for k, v in self.skipped.items()
-            if k not in SKIP_REASONS or isinstance(v, bool) or not isinstance(v, int | np.integer)
-        ]
-        if bad or any(int(v) < 0 for v in self.skipped.values()):
-            raise ValueError(
-                f"PairedDataset: skipped must map reasons in {list(SKIP_REASONS)} to counts >= 0, "
-                f"got {dict(self.skipped)!r}"
-            )
-        object.__setattr__(self, "skipped", {str(k): int(v) for k, v in self.skipped.items()})
 
     # -- constructors
     @classmethod
@@ -293,84 +148,17 @@ class PairedDataset:
             ``EmbeddedDataset(dataset, image, text)``: a named tuple that
             unpacks as ``(PairedDataset, PrecomputedEmbeddings, PrecomputedEmbeddings)``.
         """
-        from imsearch_align.adapters.encoders.precomputed import PrecomputedEmbeddings
-        from imsearch_align.framework.validation import check_matrix
-
         X = check_matrix(image_emb, "image_emb", min_rows=1)
         Y = check_matrix(text_emb, "text_emb", min_rows=1)
-        n_img, n_txt = X.shape[0], Y.shape[0]
-        text_image_given = text_image
+        ti, split, lab = checked_pairing(X.shape[0], Y.shape[0], text_image, split, labels)
         if text_image is None:
-            if n_txt != n_img:
-                raise ValueError(
-                    f"text_image is required when text_emb has a different number of rows "
-                    f"({n_txt}) than image_emb ({n_img})"
-                )
-            text_image = np.arange(n_txt)
-        ti = np.asarray(text_image)
-        if ti.shape != (n_txt,) or (ti.size and ti.dtype.kind not in "iu"):
-            raise ValueError(
-                f"text_image must be {n_txt} integer image indices (one per text_emb row), "
-                f"got shape {ti.shape} dtype {ti.dtype}"
-            )
-        if ti.size and (ti.min() < 0 or ti.max() >= n_img):
-            raise ValueError(
-                f"text_image must index image_emb rows in [0, {n_img - 1}], "
-                f"got values in [{int(ti.min())}, {int(ti.max())}]"
-            )
-        if split is not None:
-            split = np.asarray(split, dtype=object)
-            if split.shape != (n_img,):
-                raise ValueError(
-                    f"split must have one entry per image ({n_img}), got shape {split.shape}"
-                )
-        lab = None
-        if labels is not None:
-            lab = np.asarray(labels)
-            if lab.shape != (n_img,):
-                raise ValueError(f"labels must have shape ({n_img},), got {lab.shape}")
-        # Paired by row (no text_image): each row is an (image, text) pair, and
-        # rows with the same image embedding are one image with all its texts.
-        # With text_image the image rows are the images, duplicates included
-        # (two ids of one picture tie, as in the published protocols).
-        heads, image_of_row = (
-            _distinct_rows(X) if text_image_given is None else (np.arange(n_img), None)
-        )
-        if image_of_row is not None and len(heads) < n_img:
-            for what, per_row in (("split", split), ("labels", lab)):
-                if (
-                    per_row is not None
-                    and (bad := np.flatnonzero(per_row != per_row[heads][image_of_row])).size
-                ):
-                    i = int(bad[0])
-                    j = int(heads[image_of_row[i]])
-                    raise ValueError(
-                        f"image_emb rows {j} and {i} hold the same embedding (one image) but "
-                        f"{what} gives them {per_row[j]!r} and {per_row[i]!r}; expected one "
-                        f"{what} value per image"
-                    )
-            warnings.warn(
-                f"{name}: {n_img:,} image rows hold {len(heads):,} distinct embeddings; rows "
-                "with the same embedding are one image (the first such row), with the texts of "
-                "every such row",
-                stacklevel=2,
-            )
-            X = X[heads]
-            ti = image_of_row[ti]
-            split = None if split is None else split[heads]
-            lab = None if lab is None else lab[heads]
-            n_img = len(heads)
-        if split is None:
-            split = seeded_split(n_img, test_fraction=test_fraction, seed=seed)
-        images = pd.DataFrame({"image_id": np.arange(n_img, dtype=np.int64), "split": split})
-        if lab is not None:
-            images["label"] = lab.astype(np.int64)
-        texts = pd.DataFrame(
-            {
-                "text_id": np.arange(n_txt, dtype=np.int64),
-                "image_id": ti.astype(np.int64),
-                "caption": pd.Series([None] * n_txt, dtype=object),
-            }
+            # Paired by row: each row is an (image, text) pair, and rows with the
+            # same image embedding are one image with all its texts. With
+            # text_image the image rows are the images, duplicates included
+            # (two ids of one picture tie, as in the published protocols).
+            X, ti, split, lab = merge_repeated_images(X, ti, split, lab, name=name, stacklevel=2)
+        images, texts = array_tables(
+            X.shape[0], ti, split, lab, test_fraction=test_fraction, seed=seed
         )
         ds = cls(
             name=name,
@@ -416,8 +204,6 @@ class PairedDataset:
         differ in any covered value have different fingerprints.
         """
         if self._fingerprint is None:
-            from imsearch_align.datasets._describe import feed_column, feed_value
-
             h = hashlib.sha256(b"PairedDataset/1;")
             img = self.images.sort_values("image_id", kind="stable")
             txt = self.texts.sort_values("text_id", kind="stable")

@@ -19,23 +19,26 @@ from __future__ import annotations
 import io
 import json
 import os
-import zipfile
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
 
 from imsearch_align.datasets._local import (
     Skips,
-    as_splits,
+    caption_table,
     check_images,
     check_root,
-    hub_download,
-    layout_error,
+    hub_images,
+    read_karpathy_json,
     read_text,
+    sentence_captions,
 )
-from imsearch_align.datasets.base import SPLITS, PairedDataset
+from imsearch_align.datasets.base import PairedDataset
+from imsearch_align.datasets.errors import layout_error
+from imsearch_align.datasets.splits import SPLITS, as_splits
 from imsearch_align.framework.registry import DATASETS
 
 __all__ = ["COCO_LAYOUT", "load_coco"]
@@ -63,8 +66,6 @@ _IMAGE_LAYOUTS = (
     ("ROOT/images/<filename> (flat)", lambda fp, fn: os.path.join("images", fn)),
     ("ROOT/<filename> (flat)", lambda fp, fn: fn),
 )
-_MAX_CAPTIONS = 100  # text_id = cocoid * 100 + k
-
 _Row = tuple[int, str, str, str, list[str]]  # cocoid, filepath, filename, split, captions
 
 
@@ -134,25 +135,10 @@ def _coco_frame(
         "have (e.g. splits=test)",
     )
     keep = set(images["image_id"].tolist())
-    cap_per = _MAX_CAPTIONS if max_captions is None else max_captions
-    t_id, t_img, t_cap = [], [], []
-    for cid, _, _, _, caps in rows:
-        if cid not in keep:
-            continue
-        if len(caps) > _MAX_CAPTIONS:
-            raise ValueError(
-                f"{name}: image {cid} has {len(caps)} captions, at most {_MAX_CAPTIONS} supported"
-            )
-        for k, c in enumerate(caps[:cap_per]):
-            t_id.append(cid * _MAX_CAPTIONS + k)
-            t_img.append(cid)
-            t_cap.append(c)
-    texts = pd.DataFrame(
-        {
-            "text_id": np.asarray(t_id, np.int64),
-            "image_id": np.asarray(t_img, np.int64),
-            "caption": t_cap,
-        }
+    texts = caption_table(
+        ((cid, str(cid), caps) for cid, _, _, _, caps in rows if cid in keep),
+        name=name,
+        max_captions=max_captions,
     )
     return PairedDataset(
         name=name, images=images, texts=texts, root=str(root), skipped=skips.as_dict()
@@ -160,45 +146,38 @@ def _coco_frame(
 
 
 def _read_karpathy_coco(ann: Path, skips: Skips, skip_bad_captions: bool) -> list[_Row]:
-    try:
-        data = json.loads(read_text(ann))
-        rows = []
-        for i, im in enumerate(data["images"]):
-            fn = str(im["filename"])
-            caps = []
-            for k, sent in enumerate(im["sentences"]):
-                raw = sent.get("raw") if isinstance(sent, dict) else None
-                where = f"{str(ann)!r} images[{i}] (cocoid {im['cocoid']}) sentences[{k}]"
-                c = skips.caption(raw, where, skip=skip_bad_captions)
-                if c is not None:
-                    caps.append(c)
-            rows.append(
-                (int(im["cocoid"]), str(im.get("filepath", "")), fn, str(im["split"]), caps)
-            )
-    except (json.JSONDecodeError, KeyError, TypeError, AttributeError) as exc:
-        raise ValueError(
-            f"{str(ann)!r} is not Karpathy's dataset_coco.json: expected "
-            '{"images": [{"cocoid", "filepath", "filename", "split", "sentences": [{"raw"}]}]} '
-            f"({type(exc).__name__}: {exc})"
-        ) from exc
-    return rows
+    """One row per image entry of Karpathy's ``dataset_coco.json``, captions checked."""
+
+    def record(i: int, im: Any) -> _Row:
+        fn = str(im["filename"])
+        caps = sentence_captions(
+            im["sentences"],
+            f"{str(ann)!r} images[{i}] (cocoid {im['cocoid']})",
+            skips,
+            skip=skip_bad_captions,
+        )
+        return int(im["cocoid"]), str(im.get("filepath", "")), fn, str(im["split"]), caps
+
+    return read_karpathy_json(
+        ann,
+        record,
+        what="Karpathy's dataset_coco.json",
+        expected='{"images": [{"cocoid", "filepath", "filename", "split", "sentences": [{"raw"}]}]}',
+    )
 
 
 def _read_hub(
     root: Path | None, repo_id: str, skips: Skips, skip_bad_captions: bool
 ) -> tuple[Path, list[_Row]]:
-    hint = f"download COCO and pass root=FOLDER with the layout\n{COCO_LAYOUT}"
-    ann = Path(
-        hub_download(repo_id, "test_5k_mscoco_2014.csv", what="MSCOCO 5k test", local_hint=hint)
+    ann, target, folder = hub_images(
+        repo_id,
+        "test_5k_mscoco_2014.csv",
+        "images_mscoco_2014_5k_test.zip",
+        "images_mscoco_2014_5k_test",
+        root,
+        what="MSCOCO 5k test",
+        local_hint=f"download COCO and pass root=FOLDER with the layout\n{COCO_LAYOUT}",
     )
-    target = Path(root).expanduser() if root is not None else ann.parent
-    folder = target / "images_mscoco_2014_5k_test"
-    if not folder.is_dir():
-        z = hub_download(
-            repo_id, "images_mscoco_2014_5k_test.zip", what="MSCOCO 5k test", local_hint=hint
-        )
-        with zipfile.ZipFile(z) as zf:
-            zf.extractall(target)
     df = pd.read_csv(io.StringIO(read_text(ann)), dtype=str, keep_default_na=False)
     need = {"raw", "filename"}
     if need - set(df.columns):
@@ -216,11 +195,12 @@ def _read_hub(
     ids = df[idcol].astype(np.int64) if idcol else pd.Series(np.arange(len(df)))
     rows = []
     for line, (i, f, r) in enumerate(zip(ids, df["filename"], df["raw"]), start=2):
-        caps = []
-        for k, c in enumerate(json.loads(r) if r.strip() else []):
-            c = skips.caption(c, f"{ann.name} line {line} caption {k}", skip=skip_bad_captions)
-            if c is not None:
-                caps.append(c)
+        caps = skips.captions(
+            json.loads(r) if r.strip() else [],
+            f"{ann.name} line {line}",
+            "caption {k}",
+            skip=skip_bad_captions,
+        )
         rows.append((int(i), folder.name, str(f), "test", caps))
     return target, rows
 

@@ -22,11 +22,9 @@ the image's ``k``-th caption (in file order).
 
 from __future__ import annotations
 
-import csv
 import io
 import json
 import os
-import zipfile
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -34,17 +32,24 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from imsearch_align.datasets._flickr_captions import (
+    Record,
+    read_captions_txt,
+    read_karpathy,
+    read_results,
+)
 from imsearch_align.datasets._local import (
     Skips,
-    as_splits,
+    caption_table,
     check_images,
     check_root,
     find_first,
-    hub_download,
-    layout_error,
+    hub_images,
     read_text,
 )
-from imsearch_align.datasets.base import PairedDataset, seeded_split
+from imsearch_align.datasets.base import PairedDataset
+from imsearch_align.datasets.errors import layout_error
+from imsearch_align.datasets.splits import as_splits, seeded_split
 from imsearch_align.framework.registry import DATASETS
 
 __all__ = ["FLICKR30K_LAYOUT", "load_flickr30k", "records_to_dataset"]
@@ -75,109 +80,6 @@ _IMAGE_DIRS = (
 )
 _KARPATHY = "dataset_flickr30k.json"
 _LAYOUT_FILES = {"karpathy": _KARPATHY, "results": "results.csv", "captions": "captions.txt"}
-_MAX_CAPTIONS = 100  # text_id = image_id * 100 + k
-
-
-def _read_karpathy(
-    path: Path, skips: Skips, skip_bad_captions: bool
-) -> tuple[list[tuple[str, str | None, list[str]]], dict[str, str]]:
-    try:
-        data = json.loads(read_text(path))
-        images = data["images"]
-        recs = []
-        for i, im in enumerate(images):
-            fname, split = str(im["filename"]), str(im["split"])
-            caps = []
-            for k, sent in enumerate(im["sentences"]):
-                raw = sent.get("raw") if isinstance(sent, dict) else None
-                where = f"{str(path)!r} images[{i}] ({fname}) sentences[{k}]"
-                c = skips.caption(raw, where, skip=skip_bad_captions)
-                if c is not None:
-                    caps.append(c)
-            recs.append((fname, split, caps))
-    except (json.JSONDecodeError, KeyError, TypeError, AttributeError) as exc:
-        raise ValueError(
-            f"{str(path)!r} is not a Karpathy caption file: expected "
-            '{"images": [{"filename", "split", "sentences": [{"raw"}]}]} '
-            f"({type(exc).__name__}: {exc})"
-        ) from exc
-    return recs, {f: s for f, s, _ in recs}
-
-
-def _group(pairs: list[tuple[str, int, str]]) -> list[tuple[str, str | None, list[str]]]:
-    """(file, order, caption) rows -> per-file records, files in first-seen order."""
-    by_file: dict[str, list[tuple[int, str]]] = {}
-    for f, order, cap in pairs:
-        by_file.setdefault(f, []).append((order, cap))
-    return [
-        (f, None, [c for _, c in sorted(caps, key=lambda t: t[0])]) for f, caps in by_file.items()
-    ]
-
-
-def _read_results(
-    path: Path, skips: Skips, skip_bad_captions: bool
-) -> list[tuple[str, str | None, list[str]]]:
-    pairs: list[tuple[str, int, str]] = []
-    lines = read_text(path).splitlines()
-    header = lines[0] if lines else ""
-    if "image_name" not in header or "comment" not in header:
-        raise ValueError(
-            f"{str(path)!r} line 1: expected header 'image_name| comment_number| comment', "
-            f"got {header.strip()!r}"
-        )
-    seen: set[str] = set()
-    for lineno, line in enumerate(lines[1:], start=2):
-        if not line.strip():
-            continue
-        parts = [p.strip() for p in line.split("|", 2)]
-        caption: str | None = parts[2] if len(parts) == 3 else None
-        if len(parts) == 2:
-            # The Kaggle copy has a row with a lost "|": "x.jpg| 4 A dog ...".
-            num, _, rest = parts[1].partition(" ")
-            parts = [parts[0], num, rest]
-            caption = rest if rest.strip() else None
-        if len(parts) != 3 or not parts[1].strip().isdigit() or not parts[0]:
-            raise ValueError(
-                f"{str(path)!r} line {lineno}: expected 'image_name| comment_number| comment', "
-                f"got {line!r}"
-            )
-        seen.add(parts[0])
-        c = skips.caption(caption, f"{str(path)!r} line {lineno}", skip=skip_bad_captions)
-        if c is not None:
-            pairs.append((parts[0], int(parts[1]), c))
-    return _with_uncaptioned(_group(pairs), seen)
-
-
-def _with_uncaptioned(
-    records: list[tuple[str, str | None, list[str]]], files: set[str]
-) -> list[tuple[str, str | None, list[str]]]:
-    """Keep images whose every caption was skipped, with no captions (t2i distractors)."""
-    have = {r[0] for r in records}
-    return records + [(f, None, []) for f in sorted(files - have)]
-
-
-def _read_captions_txt(
-    path: Path, skips: Skips, skip_bad_captions: bool
-) -> list[tuple[str, str | None, list[str]]]:
-    pairs: list[tuple[str, int, str]] = []
-    rows = csv.reader(io.StringIO(read_text(path), newline=""))
-    header = next(rows, None)
-    if header is None or [h.strip() for h in header[:2]] != ["image", "caption"]:
-        raise ValueError(f"{str(path)!r} line 1: expected header 'image,caption', got {header!r}")
-    seen: set[str] = set()
-    for i, row in enumerate(rows):
-        if not row or not any(c.strip() for c in row):
-            continue
-        where = f"{str(path)!r} line {rows.line_num}"
-        if not row[0].strip():
-            raise ValueError(f"{where}: expected 'image,caption', got no image name in {row!r}")
-        seen.add(row[0].strip())
-        # Unquoted captions may contain commas: everything after the first is caption.
-        caption = ",".join(row[1:]) if len(row) > 1 else None
-        c = skips.caption(caption, where, skip=skip_bad_captions)
-        if c is not None:
-            pairs.append((row[0].strip(), i, c))
-    return _with_uncaptioned(_group(pairs), seen)
 
 
 def _image_ids(files: Sequence[str]) -> np.ndarray:
@@ -189,7 +91,7 @@ def _image_ids(files: Sequence[str]) -> np.ndarray:
 
 
 def records_to_dataset(
-    records: list[tuple[str, str | None, list[str]]],
+    records: list[Record],
     *,
     name: str,
     folder: Path,
@@ -243,25 +145,10 @@ def records_to_dataset(
         hint="; or load only the splits you have (e.g. splits=test)",
     )
     keep = set(images["file_name"])
-    cap_per = max_captions if max_captions is not None else _MAX_CAPTIONS
-    t_img, t_id, t_cap = [], [], []
-    for (f, _, caps), iid in zip(records, image_ids):
-        if f not in keep:
-            continue
-        if len(caps) > _MAX_CAPTIONS:
-            raise ValueError(
-                f"{name}: image {f!r} has {len(caps)} captions, at most {_MAX_CAPTIONS} supported"
-            )
-        for k, c in enumerate(caps[:cap_per]):
-            t_img.append(iid)
-            t_id.append(int(iid) * _MAX_CAPTIONS + k)
-            t_cap.append(c)
-    texts = pd.DataFrame(
-        {
-            "text_id": np.asarray(t_id, np.int64),
-            "image_id": np.asarray(t_img, np.int64),
-            "caption": t_cap,
-        }
+    texts = caption_table(
+        ((iid, repr(f), caps) for (f, _, caps), iid in zip(records, image_ids) if f in keep),
+        name=name,
+        max_captions=max_captions,
     )
     return PairedDataset(
         name=name,
@@ -284,16 +171,15 @@ def _load_hub(
 ) -> PairedDataset:
     """nlphuji/flickr30k: ``flickr_annotations_30k.csv`` (columns raw, split, filename)
     + ``flickr30k-images.zip``, extracted next to the Hub cache (or into ``root``)."""
-    hint = f"download Flickr30k and pass root=FOLDER with the layout\n{FLICKR30K_LAYOUT}"
-    ann = Path(
-        hub_download(repo_id, "flickr_annotations_30k.csv", what="Flickr30k", local_hint=hint)
+    ann, target, folder = hub_images(
+        repo_id,
+        "flickr_annotations_30k.csv",
+        "flickr30k-images.zip",
+        "flickr30k-images",
+        root,
+        what="Flickr30k",
+        local_hint=f"download Flickr30k and pass root=FOLDER with the layout\n{FLICKR30K_LAYOUT}",
     )
-    target = Path(root).expanduser() if root is not None else ann.parent
-    folder = target / "flickr30k-images"
-    if not folder.is_dir():
-        zpath = hub_download(repo_id, "flickr30k-images.zip", what="Flickr30k", local_hint=hint)
-        with zipfile.ZipFile(zpath) as z:
-            z.extractall(target)
     df = pd.read_csv(io.StringIO(read_text(ann)), dtype=str, keep_default_na=False)
     missing = {"raw", "split", "filename"} - set(df.columns)
     if missing:
@@ -303,16 +189,73 @@ def _load_hub(
         )
     records = []
     for row, (f, sp, raw) in enumerate(zip(df["filename"], df["split"], df["raw"])):
-        caps = []
-        for k, c in enumerate(json.loads(raw) if raw.strip() else []):
-            where = f"{ann.name} line {row + 2} caption {k}"
-            c = skips.caption(c, where, skip=skip_bad_captions)
-            if c is not None:
-                caps.append(c)
+        caps = skips.captions(
+            json.loads(raw) if raw.strip() else [],
+            f"{ann.name} line {row + 2}",
+            "caption {k}",
+            skip=skip_bad_captions,
+        )
         records.append((str(f), str(sp), caps))
     return records_to_dataset(
         records, name=name, folder=folder, root=target, splits=splits, skips=skips, **kwargs
     )
+
+
+def _local_files(base: Path, layout: str) -> tuple[Path, Path]:
+    """``(caption file, images folder)`` of a local copy; ``layout="auto"`` takes
+    the first caption file found. A missing one is a :class:`LayoutError`."""
+    if layout == "auto":
+        found = [lay for lay, f in _LAYOUT_FILES.items() if (base / f).is_file()]
+        if not found:
+            raise layout_error(
+                f"flickr30k: no caption file ({', '.join(_LAYOUT_FILES.values())}) "
+                f"in {str(base)!r}",
+                base,
+                FLICKR30K_LAYOUT,
+                FLICKR30K_HOW,
+            )
+        layout = found[0]
+    cap_file = base / _LAYOUT_FILES[layout]
+    if not cap_file.is_file():
+        raise layout_error(
+            f"flickr30k: layout {layout!r} needs {cap_file.name!r}",
+            base,
+            FLICKR30K_LAYOUT,
+            FLICKR30K_HOW,
+        )
+    folder = find_first(base, _IMAGE_DIRS)
+    if folder is None or not folder.is_dir():
+        raise layout_error(
+            f"flickr30k: no images folder ({', '.join(_IMAGE_DIRS)}) in {str(base)!r}",
+            base,
+            FLICKR30K_LAYOUT,
+            FLICKR30K_HOW,
+        )
+    return cap_file, folder
+
+
+def _read_local(
+    cap_file: Path, base: Path, name: str, skips: Skips, skip_bad_captions: bool
+) -> list[Record]:
+    """The records of a local caption file; a ``results.csv`` or ``captions.txt``
+    takes its split from a ``dataset_flickr30k.json`` beside it when there is one."""
+    if cap_file.name == _KARPATHY:
+        records, _ = read_karpathy(cap_file, skips, skip_bad_captions)
+        return records
+    reader = read_results if cap_file.name == _LAYOUT_FILES["results"] else read_captions_txt
+    records = reader(cap_file, skips, skip_bad_captions)
+    if not (base / _KARPATHY).is_file():
+        return records
+    # Only the split is taken from the JSON: its captions are not checked here.
+    _, split_of = read_karpathy(base / _KARPATHY, Skips(name), True)
+    missing = [f for f, _, _ in records if f not in split_of]
+    if missing:
+        raise ValueError(
+            f"flickr30k: {len(missing)} image(s) of {cap_file.name} are not in "
+            f"{_KARPATHY}, e.g. {missing[:5]}; remove the split file to use a seeded "
+            "ratio split"
+        )
+    return [(f, split_of[f], caps) for f, _, caps in records]
 
 
 @DATASETS.register("flickr30k")
@@ -384,49 +327,8 @@ def load_flickr30k(
     if layout != "auto" and layout not in _LAYOUT_FILES:
         raise ValueError(f"layout must be 'auto' or one of {list(_LAYOUT_FILES)}, got {layout!r}")
     base = check_root(root, "flickr30k", FLICKR30K_LAYOUT, FLICKR30K_HOW)
-    if layout == "auto":
-        found = [lay for lay, f in _LAYOUT_FILES.items() if (base / f).is_file()]
-        if not found:
-            raise layout_error(
-                f"flickr30k: no caption file ({', '.join(_LAYOUT_FILES.values())}) "
-                f"in {str(base)!r}",
-                base,
-                FLICKR30K_LAYOUT,
-                FLICKR30K_HOW,
-            )
-        layout = found[0]
-    cap_file = base / _LAYOUT_FILES[layout]
-    if not cap_file.is_file():
-        raise layout_error(
-            f"flickr30k: layout {layout!r} needs {cap_file.name!r}",
-            base,
-            FLICKR30K_LAYOUT,
-            FLICKR30K_HOW,
-        )
-    folder = find_first(base, _IMAGE_DIRS)
-    if folder is None or not folder.is_dir():
-        raise layout_error(
-            f"flickr30k: no images folder ({', '.join(_IMAGE_DIRS)}) in {str(base)!r}",
-            base,
-            FLICKR30K_LAYOUT,
-            FLICKR30K_HOW,
-        )
-    if layout == "karpathy":
-        records, _ = _read_karpathy(cap_file, skips, skip_bad_captions)
-    else:
-        reader = _read_results if layout == "results" else _read_captions_txt
-        records = reader(cap_file, skips, skip_bad_captions)
-        if (base / _KARPATHY).is_file():
-            # Only the split is taken from the JSON: its captions are not checked here.
-            _, split_of = _read_karpathy(base / _KARPATHY, Skips(name), True)
-            missing = [f for f, _, _ in records if f not in split_of]
-            if missing:
-                raise ValueError(
-                    f"flickr30k: {len(missing)} image(s) of {cap_file.name} are not in "
-                    f"{_KARPATHY}, e.g. {missing[:5]}; remove the split file to use a seeded "
-                    "ratio split"
-                )
-            records = [(f, split_of[f], caps) for f, _, caps in records]
+    cap_file, folder = _local_files(base, layout)
+    records = _read_local(cap_file, base, name, skips, skip_bad_captions)
     ds = records_to_dataset(
         records, name=name, folder=folder, root=base, splits=splits, skips=skips, **kwargs
     )

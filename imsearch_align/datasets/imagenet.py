@@ -53,16 +53,10 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from imsearch_align.datasets._local import (
-    BadAnnotationError,
-    Skips,
-    check_images,
-    check_root,
-    find_first,
-    layout_error,
-    read_text,
-)
-from imsearch_align.datasets.base import PairedDataset, seeded_split
+from imsearch_align.datasets._local import Skips, check_images, check_root, find_first, read_text
+from imsearch_align.datasets.base import PairedDataset
+from imsearch_align.datasets.errors import BadAnnotationError, layout_error
+from imsearch_align.datasets.splits import seeded_split
 from imsearch_align.framework.registry import DATASETS
 
 __all__ = [
@@ -289,6 +283,38 @@ def _from_solution(
     return images, _class_names(wnids, lemmas)
 
 
+def _read_layout(
+    base: Path, skips: Skips, skip_bad_labels: bool
+) -> tuple[Path, pd.DataFrame, tuple[str, ...]]:
+    """``(image folder, images table with labels, class names)`` of either layout:
+    class folders when there are any, else the Kaggle mapping and solution files."""
+    mapping, solution = base / "LOC_synset_mapping.txt", base / "LOC_val_solution.csv"
+    class_folder = _class_folder_layout(base)
+    if class_folder is not None:
+        images, class_names = _from_class_folders(
+            class_folder, mapping if mapping.is_file() else None
+        )
+        return class_folder, images, class_names
+    for f in (mapping, solution):
+        if not f.is_file():
+            raise layout_error(
+                f"imagenet: no class folders (val/n01440764/...) and no {f.name!r}",
+                base,
+                IMAGENET_LAYOUT,
+                IMAGENET_HOW,
+            )
+    folder = find_first(base, _VAL_DIRS)
+    if folder is None:
+        raise layout_error(
+            "imagenet: no validation image folder (ILSVRC/Data/CLS-LOC/val/ or val/)",
+            base,
+            IMAGENET_LAYOUT,
+            IMAGENET_HOW,
+        )
+    images, class_names = _from_solution(base, folder, mapping, solution, skips, skip_bad_labels)
+    return folder, images, class_names
+
+
 @DATASETS.register("imagenet")
 def load_imagenet(
     root: str | os.PathLike | None = None,
@@ -323,31 +349,7 @@ def load_imagenet(
         raise ValueError(f"caption_template must contain '{{c}}', got {caption_template!r}")
     base = check_root(root, "imagenet", IMAGENET_LAYOUT, IMAGENET_HOW)
     skips = Skips(name)
-    mapping, solution = base / "LOC_synset_mapping.txt", base / "LOC_val_solution.csv"
-    class_folder = _class_folder_layout(base)
-    if class_folder is not None:
-        folder = class_folder
-        images, class_names = _from_class_folders(folder, mapping if mapping.is_file() else None)
-    else:
-        for f in (mapping, solution):
-            if not f.is_file():
-                raise layout_error(
-                    f"imagenet: no class folders (val/n01440764/...) and no {f.name!r}",
-                    base,
-                    IMAGENET_LAYOUT,
-                    IMAGENET_HOW,
-                )
-        folder = find_first(base, _VAL_DIRS)
-        if folder is None:
-            raise layout_error(
-                "imagenet: no validation image folder (ILSVRC/Data/CLS-LOC/val/ or val/)",
-                base,
-                IMAGENET_LAYOUT,
-                IMAGENET_HOW,
-            )
-        images, class_names = _from_solution(
-            base, folder, mapping, solution, skips, skip_bad_labels
-        )
+    folder, images, class_names = _read_layout(base, skips, skip_bad_labels)
     if images["image_id"].duplicated().any():
         images["image_id"] = np.arange(len(images), dtype=np.int64)
     images["split"] = seeded_split(len(images), test_fraction=test_fraction, seed=seed)

@@ -24,8 +24,9 @@ from typing import Any
 
 import numpy as np
 
-from imsearch_align.datasets._local import check_zero_rows, hub_download
+from imsearch_align.datasets._local import hub_download
 from imsearch_align.datasets.base import EmbeddedDataset, PairedDataset
+from imsearch_align.datasets.vectors import check_zero_rows
 from imsearch_align.framework.registry import DATASETS
 
 __all__ = ["load_precomputed", "read_embeddings"]

@@ -154,7 +154,7 @@ def generate_shapes(
     """
     from PIL import Image, ImageDraw
 
-    from imsearch_align.datasets.base import seeded_split
+    from imsearch_align.datasets.splits import seeded_split
 
     n_images = check_int(n_images, "n_images", low=1)
     size = check_int(size, "size", low=32)

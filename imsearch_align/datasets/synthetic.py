@@ -14,8 +14,9 @@ around the same latent.
 
 from __future__ import annotations
 
+import inspect
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -149,27 +150,36 @@ def make_synthetic_pairs(
     )
 
 
+def _loader_signature(loader: Any) -> inspect.Signature:
+    """``loader``'s own parameters, then the generation parameters of
+    :func:`make_synthetic_pairs` (its keyword-only ones), in that order."""
+    own = [p for p in inspect.signature(loader).parameters.values() if p.kind is not p.VAR_KEYWORD]
+    return inspect.signature(loader).replace(parameters=[*own, *_GENERATION.values()])
+
+
+#: The generation parameters, written once in :func:`make_synthetic_pairs`'s signature.
+_GENERATION = {
+    p.name: p
+    for p in inspect.signature(make_synthetic_pairs).parameters.values()
+    if p.kind is p.KEYWORD_ONLY
+}
+
+
 @DATASETS.register("synthetic")
 def load_synthetic(
     n_images: int = 1000,
     *,
     test_fraction: float = 0.3,
     split_seed: int = 0,
-    d_latent: int = 16,
-    d_image: int = 64,
-    d_text: int = 48,
-    captions_per_image: int = 1,
-    n_classes: int | None = None,
-    class_spread: float = 0.5,
-    noise: float = 0.6,
-    seed: int = 0,
+    **generation: Any,
 ) -> EmbeddedDataset:
     """The synthetic pairs as a dataset with its own precomputed encoders.
 
     The images are split into support (``train``) and ``test`` by a seeded
     ratio, all captions of an image on its side. Returns
     ``EmbeddedDataset(dataset, image, text)``, so an experiment needs no
-    encoder (``image_encoder=None``, ``text_encoder=None``).
+    encoder (``image_encoder=None``, ``text_encoder=None``). Its signature
+    lists the generation parameters of :func:`make_synthetic_pairs` by name.
 
     Args:
         n_images: number of images.
@@ -186,17 +196,11 @@ def load_synthetic(
     """
     from imsearch_align.datasets.base import PairedDataset
 
-    pairs = make_synthetic_pairs(
-        n_images,
-        d_latent=d_latent,
-        d_image=d_image,
-        d_text=d_text,
-        captions_per_image=captions_per_image,
-        n_classes=n_classes,
-        class_spread=class_spread,
-        noise=noise,
-        seed=seed,
-    )
+    unknown = [k for k in generation if k not in _GENERATION]
+    if unknown:
+        raise TypeError(f"load_synthetic() got an unexpected keyword argument {unknown[0]!r}")
+    pairs = make_synthetic_pairs(n_images, **generation)
+    seed = generation.get("seed", _GENERATION["seed"].default)
     class_names = (
         tuple(f"class {c}" for c in range(int(pairs.image_labels.max()) + 1))
         if pairs.image_labels is not None
@@ -212,3 +216,6 @@ def load_synthetic(
         seed=split_seed,
         class_names=class_names,
     )
+
+
+load_synthetic.__signature__ = _loader_signature(load_synthetic)  # type: ignore[attr-defined]

@@ -11,8 +11,12 @@ import pytest
 from PIL import Image
 
 from imsearch_align import DATASETS
-from imsearch_align.adapters.encoders import BadImageError
-from imsearch_align.datasets import BadAnnotationError, HubUnreachableError, LayoutError
+from imsearch_align.datasets import (
+    BadAnnotationError,
+    BadImageError,
+    HubUnreachableError,
+    LayoutError,
+)
 from imsearch_align.datasets.coco import load_coco
 
 # Entry i of the fixture: cocoid 1000 + i, in these Karpathy splits.
@@ -200,7 +204,7 @@ def test_hub_5k_csv_one_row_per_image_and_a_repeated_image_refused(
 ) -> None:
     """The Hub copy (nlphuji's 5k test CSV): one row per image, its captions a
     JSON list. A CSV with an image on two rows would count it twice: refused."""
-    from imsearch_align.datasets import coco
+    from imsearch_align.datasets import _local
 
     folder = tmp_path / "images_mscoco_2014_5k_test"
     folder.mkdir()
@@ -214,7 +218,7 @@ def test_hub_5k_csv_one_row_per_image_and_a_repeated_image_refused(
 
         pd.DataFrame(rows, columns=["filename", "raw", "cocoid"]).to_csv(csv, index=False)
 
-    monkeypatch.setattr(coco, "hub_download", lambda repo, name, **kw: str(tmp_path / name))
+    monkeypatch.setattr(_local, "hub_download", lambda repo, name, **kw: str(tmp_path / name))
     write([[names[0], json.dumps(["a cat", "a dog"]), 1], [names[1], json.dumps(["a car"]), 2]])
     ds = load_coco(tmp_path, source="hub")
     assert sorted(ds.images["image_id"]) == [1, 2]

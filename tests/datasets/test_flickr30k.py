@@ -11,8 +11,12 @@ import numpy as np
 import pytest
 
 from imsearch_align import DATASETS
-from imsearch_align.adapters.encoders import BadImageError
-from imsearch_align.datasets import BadAnnotationError, HubUnreachableError, LayoutError
+from imsearch_align.datasets import (
+    BadAnnotationError,
+    BadImageError,
+    HubUnreachableError,
+    LayoutError,
+)
 from imsearch_align.datasets.flickr30k import load_flickr30k
 from imsearch_align.datasets.shapes import generate_shapes
 

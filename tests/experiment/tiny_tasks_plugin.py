@@ -23,8 +23,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from imsearch_align.adapters.encoders.precomputed import PrecomputedEmbeddings
 from imsearch_align.datasets.base import PairedDataset
+from imsearch_align.datasets.vectors import PrecomputedEmbeddings
 from imsearch_align.framework.registry import DATASETS, ENCODERS
 
 CLASSES = ("red", "blue", "green", "yellow", "black", "white")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from imsearch_align.adapters.encoders.precomputed import PrecomputedEmbeddings
+from imsearch_align.datasets.vectors import PrecomputedEmbeddings
 from imsearch_align.experiment import context as ctx_mod
 from imsearch_align.experiment.context import Clock, RowGather, TaskContext
 from imsearch_align.methods import ASIF, LocalCKA, Procrustes

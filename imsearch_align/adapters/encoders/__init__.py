@@ -13,17 +13,24 @@ loading on first use, one place for device, fp16, batching, progress and
 install hints, and an ``id`` (what is computed) plus a ``version`` (which
 weights) known without loading anything. Importing this package is light:
 torch and transformers load on first ``dim`` or ``encode``.
+
+:class:`PrecomputedEmbeddings` (vectors held in memory) and
+:class:`BadImageError` live in the data layer
+(:mod:`imsearch_align.datasets.vectors`, :mod:`imsearch_align.datasets.errors`),
+which returns and raises them without importing any encoder; they are
+re-exported here.
 """
 
 from __future__ import annotations
 
 from imsearch_align.adapters.encoders._base import TorchEncoder
-from imsearch_align.adapters.encoders._common import BadImageError, ModelNotFoundError
+from imsearch_align.adapters.encoders._common import ModelNotFoundError
 from imsearch_align.adapters.encoders.clip import CLIPEncoder
 from imsearch_align.adapters.encoders.efficientnet import EfficientNetLite0Encoder
 from imsearch_align.adapters.encoders.hf_image import HFImageEncoder
-from imsearch_align.adapters.encoders.precomputed import PrecomputedEmbeddings
 from imsearch_align.adapters.encoders.sentence_transformers import SentenceTransformerEncoder
+from imsearch_align.datasets.errors import BadImageError
+from imsearch_align.datasets.vectors import PrecomputedEmbeddings
 from imsearch_align.framework.registry import ENCODERS
 
 __all__ = [

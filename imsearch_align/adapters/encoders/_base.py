@@ -2,7 +2,7 @@
 
 A subclass says how to build its model (:meth:`TorchEncoder._build`), how
 to encode one batch (:meth:`TorchEncoder._encode_batch`), its output size
-(:meth:`TorchEncoder._dim`) and what identifies it (``kind``, ``model``,
+(:meth:`TorchEncoder._dim`) and what identifies it (``kind``, ``model``, ``id_options`` or
 :meth:`TorchEncoder._options`, :meth:`TorchEncoder._weights_path`). The
 base does the rest, in one place:
 
@@ -91,6 +91,8 @@ class TorchEncoder:
     modality: str = "image"
     #: What the model is (a Hub name or a path); part of ``id``.
     model: str = ""
+    #: Attributes that change the output, each appended to ``id`` as ``:<value>``.
+    id_options: ClassVar[tuple[str, ...]] = ()
 
     def __init__(
         self, *, device: str | None = None, normalize: bool = True, fp16: bool = False
@@ -116,8 +118,9 @@ class TorchEncoder:
         raise NotImplementedError
 
     def _options(self) -> str:
-        """Suffix of ``id`` for options that change the output (e.g. ``":cls"``)."""
-        return ""
+        """Suffix of ``id`` for options that change the output (e.g. ``":cls"``):
+        by default one ``:<value>`` per attribute named in ``id_options``."""
+        return "".join(f":{getattr(self, name)}" for name in self.id_options)
 
     def _weights_path(self) -> str:
         """What ``version`` fingerprints: a local path, or a Hub name."""

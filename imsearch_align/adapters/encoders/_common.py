@@ -1,7 +1,10 @@
 """Shared plumbing for the encoders: lazy imports, devices, images, batching, errors.
 
 Nothing here imports torch or transformers at module import time; the
-functions that need them import them when called.
+functions that need them import them when called. :class:`BadImageError`
+(:mod:`imsearch_align.datasets.errors`: loaders raise it too) and
+:func:`l2_normalize` (:mod:`imsearch_align.datasets.vectors`: the precomputed
+provider uses it too) come from the data layer, which never imports encoders.
 """
 
 from __future__ import annotations
@@ -16,6 +19,9 @@ from typing import Any
 
 import numpy as np
 
+from imsearch_align.datasets.errors import BadImageError
+from imsearch_align.datasets.vectors import l2_normalize
+
 __all__ = [
     "BadImageError",
     "ModelNotFoundError",
@@ -27,10 +33,6 @@ __all__ = [
     "model_not_found",
     "resolve_device",
 ]
-
-
-class BadImageError(ValueError):
-    """An image item could not be opened or decoded; the message names it."""
 
 
 class ModelNotFoundError(LookupError):
@@ -86,13 +88,6 @@ def check_fp16(fp16: bool, device: str) -> bool:
             f"fp16=True needs a CUDA device, got device {device!r}; use fp16=False on CPU"
         )
     return bool(fp16)
-
-
-def l2_normalize(x: np.ndarray) -> np.ndarray:
-    """Rows scaled to unit L2 norm (zero rows stay zero), float32."""
-    x = np.asarray(x, dtype=np.float32)
-    n = np.linalg.norm(x, axis=1, keepdims=True)
-    return np.divide(x, n, out=np.zeros_like(x), where=n > 0)
 
 
 def batches(n: int, batch_size: int, *, progress: bool, desc: str) -> Iterator[slice]:

@@ -40,6 +40,7 @@ class CLIPEncoder(TorchEncoder):
 
     kind = "clip"
     requires = ("torch", "transformers")
+    id_options = ("modality",)
 
     def __init__(
         self,
@@ -53,9 +54,6 @@ class CLIPEncoder(TorchEncoder):
         super().__init__(device=device, normalize=normalize, fp16=fp16)
         self.model = model
         self.modality = modality
-
-    def _options(self) -> str:
-        return f":{self.modality}"
 
     def _build(self, device: str, fp16: bool) -> Any:
         if self.modality not in ("image", "text"):

@@ -66,11 +66,6 @@ class EfficientNetLite0Encoder(TorchEncoder):
     modality = "image"
     model = "efficientnet-lite0"
 
-    def __init__(
-        self, *, device: str | None = None, normalize: bool = True, fp16: bool = False
-    ) -> None:
-        super().__init__(device=device, normalize=normalize, fp16=fp16)
-
     def _options(self) -> str:
         # ":tfpre": TensorFlow's preprocessing (embeddings cached under the
         # former ImageNet normalisation have another id and are not reused)

@@ -44,6 +44,7 @@ class HFImageEncoder(TorchEncoder):
     kind = "hf-image"
     requires = ("torch", "transformers")
     modality = "image"
+    id_options = ("pooling",)
 
     def __init__(
         self,
@@ -57,9 +58,6 @@ class HFImageEncoder(TorchEncoder):
         super().__init__(device=device, normalize=normalize, fp16=fp16)
         self.model = model
         self.pooling = pooling
-
-    def _options(self) -> str:
-        return f":{self.pooling}"
 
     def _build(self, device: str, fp16: bool) -> Any:
         if self.pooling not in POOLINGS:

@@ -3,20 +3,37 @@
 Items passed to :meth:`PrecomputedEmbeddings.encode` are ids (``image_id`` or
 ``text_id``), not images or captions: :func:`imsearch_align.embedding.embed`
 knows this from ``lookup_by_id = True``.
+
+Vectors held in memory are data, not a model: the loaders that return them
+(``precomputed``, ``synthetic``, :meth:`PairedDataset.from_arrays
+<imsearch_align.datasets.base.PairedDataset.from_arrays>`) build this provider,
+and the encoder registry serves it as ``precomputed``. :func:`l2_normalize` is
+the one row normalisation of providers (the torch encoders use it too).
+:func:`check_zero_rows` reports embedding rows that are all zeros. Nothing
+here imports another module of ``imsearch_align.datasets`` but its errors.
 """
 
 from __future__ import annotations
 
 import hashlib
+import warnings
 from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
+from imsearch_align.datasets.errors import ZeroEmbeddingWarning
 from imsearch_align.framework.validation import array_buffer, check_ids, check_matrix
 
-__all__ = ["PrecomputedEmbeddings"]
+__all__ = ["PrecomputedEmbeddings", "check_zero_rows", "l2_normalize"]
+
+
+def l2_normalize(x: np.ndarray) -> np.ndarray:
+    """Rows scaled to unit L2 norm (zero rows stay zero), float32."""
+    x = np.asarray(x, dtype=np.float32)
+    n = np.linalg.norm(x, axis=1, keepdims=True)
+    return np.divide(x, n, out=np.zeros_like(x), where=n > 0)
 
 
 class PrecomputedEmbeddings:
@@ -96,10 +113,43 @@ class PrecomputedEmbeddings:
             )
         out = self._vectors[pos] if req.size else np.empty((0, self.dim), np.float32)
         if self.normalize:
-            from imsearch_align.adapters.encoders._common import l2_normalize
-
             out = l2_normalize(out)
         return np.ascontiguousarray(out, dtype=np.float32)
 
     def __repr__(self) -> str:
         return f"PrecomputedEmbeddings(id={self.id!r}, modality={self.modality!r}, n={len(self)}, dim={self.dim})"
+
+
+def check_zero_rows(arr: Any, ids: Any, what: str, *, stacklevel: int = 3) -> int:
+    """Warn about all-zero rows of ``arr`` (count and example ids); return their count.
+
+    A zero row has no direction: its inner product and cosine with every
+    vector are 0, so the item can never be found nor find anything. A few
+    (blank images, empty strings an encoder maps to 0) are reported with
+    :class:`ZeroEmbeddingWarning`; when *every* row is zero the scores carry
+    no information at all and ValueError is raised instead.
+    """
+    a = np.asarray(arr)
+    if a.ndim != 2 or a.shape[0] == 0:
+        return 0
+    zero = ~np.any(a != 0, axis=1)
+    n = int(zero.sum())
+    if n == 0:
+        return 0
+    ex = (
+        f"ids {np.asarray(ids)[zero][:5].tolist()}"
+        if ids is not None
+        else f"rows {np.flatnonzero(zero)[:5].tolist()}"
+    )
+    if n == a.shape[0]:
+        raise ValueError(
+            f"{what}: all {n} embedding rows are zero vectors, so every score would be 0; "
+            "check the embeddings file or the encoder's input"
+        )
+    warnings.warn(
+        f"{what}: {n} of {a.shape[0]} embedding rows are all zeros (they score 0 against "
+        f"everything and cannot be retrieved), e.g. {ex}",
+        ZeroEmbeddingWarning,
+        stacklevel=stacklevel,
+    )
+    return n
