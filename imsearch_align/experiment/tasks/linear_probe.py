@@ -1,10 +1,14 @@
-"""Linear probe: logistic regression on frozen image embeddings, raw and aligned.
+"""Linear probe: a linear classifier on frozen image embeddings, raw and aligned.
 
-CLIP_benchmark's linear probe: fit a logistic-regression classifier on the
-training split's image embeddings and labels (C chosen on a validation part
-of it), report top-1 and top-5 accuracy and the mean per-class recall on the
-test split. Run twice, on the raw encoder embeddings and on the aligned
-ones, so the table shows what the alignment keeps of the class information.
+CLIP_benchmark's linear probe: fit a linear classifier on the training
+split's image embeddings and labels (its regularisation chosen on a
+validation part of it), report top-1 and top-5 accuracy and the mean
+per-class recall on the test split. ``procedure`` picks the classifier:
+scikit-learn's logistic regression (``sklearn``, the default) or
+CLIP_benchmark's own AdamW-trained layer and weight-decay search
+(``clip_benchmark``); each is recorded in results with its definition.
+Run twice, on the raw encoder embeddings and on the aligned ones, so the
+table shows what the alignment keeps of the class information.
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ import pandas as pd
 
 from imsearch_align.experiment.result import TaskResult
 from imsearch_align.experiment.tasks.base import Task, TaskUnsupportedError, require_labels
+from imsearch_align.framework.registry import TASKS
 from imsearch_align.framework.validation import is_sparse
 
 __all__ = ["LinearProbe"]
@@ -40,14 +45,17 @@ def _dense(m: Any, what: str) -> np.ndarray:
     return m.toarray()
 
 
+@TASKS.register("linear_probe")
 class LinearProbe(Task):
-    """Logistic-regression probe on raw and aligned image embeddings (CLIP_benchmark).
+    """Linear probe on raw and aligned image embeddings (CLIP_benchmark): sklearn or its own.
 
     Args:
         fewshot_k: training samples per class (None = all).
-        Cs: inverse regularisation strengths tried on the validation split.
-        max_iter: solver iterations.
+        Cs: inverse regularisation strengths tried on the validation split (``sklearn``).
+        max_iter: solver iterations (``sklearn``).
         normalize: L2-normalise features first.
+        procedure: ``"sklearn"`` (logistic regression) or ``"clip_benchmark"``
+            (CLIP_benchmark's AdamW layer and weight-decay search, needs torch).
     """
 
     name = "linear_probe"
@@ -60,8 +68,15 @@ class LinearProbe(Task):
         Cs: Sequence[float] | None = None,
         max_iter: int = 1000,
         normalize: bool = True,
+        procedure: str = "sklearn",
     ) -> None:
-        from imsearch_align.diagnostics.linear_probe import DEFAULT_CS
+        from imsearch_align.diagnostics.linear_probe import DEFAULT_CS, check_procedure
+        from imsearch_align.experiment.config import ConfigError
+
+        try:  # refused before any data is loaded
+            self.procedure = check_procedure(procedure)
+        except ValueError as exc:
+            raise ConfigError(f"task 'linear_probe' parameter {exc}") from None
 
         self.fewshot_k = fewshot_k
         self.Cs = tuple(float(c) for c in (Cs if Cs is not None else DEFAULT_CS))
@@ -74,6 +89,7 @@ class LinearProbe(Task):
             "Cs": list(self.Cs),
             "max_iter": self.max_iter,
             "normalize": self.normalize,
+            "procedure": self.procedure,
         }
 
     def check(self, data: Any, config: Any) -> None:
@@ -85,9 +101,16 @@ class LinearProbe(Task):
                     f"task 'linear_probe' trains on the 'train' split's labelled images and tests on "
                     f"'test'; dataset {ds.name!r} has no {split!r} images"
                 )
+        if self.procedure == "clip_benchmark":
+            from imsearch_align.diagnostics.linear_probe_torch import require_torch
+
+            try:
+                require_torch()
+            except ImportError as exc:
+                raise TaskUnsupportedError(str(exc)) from None
 
     def run(self, ctx: Any) -> TaskResult:
-        from imsearch_align.diagnostics.linear_probe import linear_probe
+        from imsearch_align.diagnostics.linear_probe import PROCEDURES, linear_probe
 
         ds = ctx.dataset
         train_ids, test_ids = ctx.ids("image", "train"), ctx.ids("image", "test")
@@ -100,7 +123,7 @@ class LinearProbe(Task):
             ),
         }
         metrics: dict[str, float] = {}
-        details: dict[str, Any] = {"params": self.params()}
+        details: dict[str, Any] = {"params": self.params(), "procedure": PROCEDURES[self.procedure]}
         for space, (Xtr, Xte) in spaces.items():
             with ctx.clock("probe_s"):
                 r = linear_probe(
@@ -113,12 +136,13 @@ class LinearProbe(Task):
                     Cs=self.Cs,
                     normalize=self.normalize,
                     max_iter=self.max_iter,
+                    procedure=self.procedure,
                 )
             metrics[f"{space}_acc1"] = r.acc1
             metrics[f"{space}_acc5"] = r.acc5
             metrics[f"{space}_mean_per_class_recall"] = r.mean_per_class_recall
             details[space] = {
-                "C": r.C,
+                **({"C": r.C} if self.procedure == "sklearn" else {"weight_decay": r.weight_decay}),
                 "val_acc1": r.val_acc1,
                 "n_train": r.n_train,
                 "n_val": r.n_val,
