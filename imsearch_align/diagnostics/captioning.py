@@ -3,15 +3,17 @@
 This is **retrieval captioning, not a generative captioner**: each image is
 "captioned" with the nearest caption (largest inner product in the aligned
 space) from a pool that excludes the image's own captions, and the chosen
-captions are scored against the image's reference captions with
-``sacrebleu.corpus_bleu``. It says how well the aligned space ranks captions
-written for other images, in CLIP_benchmark's captioning metric.
+captions are scored against the image's reference captions. It says how well
+the aligned space ranks captions written for other images.
 
-BLEU: sacrebleu's corpus BLEU-4, 0-100, effective reference length "closest".
-The defaults (``tokenize="13a"``, ``smooth_method="exp"``, case-sensitive)
-are sacrebleu's own; COCO-style numbers (pycocoevalcap ``Bleu_4`` x 100) come
-from PTB-tokenised lowercased text with ``tokenize="none"`` and
-``smooth_method="none"``. The tokenisation used is reported in the result.
+Two scorers (:data:`SCORERS`). ``sacrebleu`` (the default): sacrebleu's
+corpus BLEU-4, 0-100, effective reference length "closest", with sacrebleu's
+defaults (``tokenize="13a"``, ``smooth_method="exp"``, case-sensitive,
+punctuation kept as tokens). This is **not** CLIP_benchmark's captioning
+number: CLIP_benchmark reports pycocoevalcap's ``Bleu_4`` (0-1, PTB tokens
+lowercased, punctuation removed, no smoothing) beside METEOR, ROUGE-L and
+CIDEr, which the ``coco`` scorer computes
+(:mod:`imsearch_align.diagnostics.coco_caption`).
 """
 
 from __future__ import annotations
@@ -22,9 +24,33 @@ from typing import Any
 
 import numpy as np
 
+from imsearch_align.framework.optional import require
 from imsearch_align.framework.validation import check_matrix, is_sparse
 
-__all__ = ["CaptioningResult", "corpus_bleu", "nearest_other_caption", "retrieval_captioning_bleu"]
+__all__ = [
+    "SCORERS",
+    "CaptioningResult",
+    "check_scorer",
+    "corpus_bleu",
+    "nearest_other_caption",
+    "retrieval_captioning_bleu",
+]
+
+#: The captioning scorers, each with its definition (recorded in results).
+SCORERS = {
+    "sacrebleu": "sacrebleu corpus BLEU-4, 0-100 (tokenize 13a, case-sensitive, punctuation kept, "
+    "exponential smoothing, closest reference length); not CLIP_benchmark's number",
+    "coco": "pycocoevalcap's definitions (CLIP_benchmark's captioning metrics): PTB tokens "
+    "lowercased, punctuation removed; BLEU-1..4 (0-1, no smoothing), ROUGE-L, CIDEr-D; METEOR with "
+    "a Java runtime and pycocoevalcap; SPICE not implemented",
+}
+
+
+def check_scorer(scorer: Any) -> str:
+    """``scorer`` if it names one of :data:`SCORERS`, else ValueError with the list."""
+    if not isinstance(scorer, str) or scorer not in SCORERS:
+        raise ValueError(f"scorer must be one of {', '.join(map(repr, SCORERS))}, got {scorer!r}")
+    return scorer
 
 
 @dataclass(frozen=True)
@@ -53,13 +79,7 @@ class CaptioningResult:
 
 
 def _import_sacrebleu() -> Any:
-    try:
-        import sacrebleu
-    except ImportError as exc:  # pragma: no cover - exercised only without the extra
-        raise ImportError(
-            "retrieval captioning BLEU needs sacrebleu: pip install 'imsearch-align[diagnostics]'"
-        ) from exc
-    return sacrebleu
+    return require("sacrebleu", "diagnostics", "retrieval captioning BLEU")
 
 
 def nearest_other_caption(

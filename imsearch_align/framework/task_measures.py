@@ -107,10 +107,59 @@ TASK_MEASURES: tuple[TaskMeasure, ...] = (
         "bleu4",
         "captioning",
         "imsearch_align.diagnostics.captioning.retrieval_captioning_bleu",
-        "sacrebleu corpus_bleu (CLIP_benchmark's captioning Bleu_4, x 100)",
-        "corpus BLEU-4 (0-100) of each image's nearest other-image caption against its "
+        "sacrebleu corpus_bleu (not CLIP_benchmark's Bleu_4: see coco_bleu4)",
+        "scorer sacrebleu (the default): corpus BLEU-4 (0-100; 13a tokens, case-sensitive, punctuation kept, "
+        "exponential smoothing) of each image's nearest other-image caption against its "
         "reference captions",
-        "Bleu_4 (x 100)",
+    ),
+    *(
+        TaskMeasure(
+            f"coco_bleu{n}",
+            "captioning",
+            "imsearch_align.diagnostics.coco_caption.coco_bleu",
+            "pycocoevalcap Bleu (tested equal)",
+            f"scorer coco: corpus BLEU-{n} (0-1; PTB tokens lowercased, punctuation removed, no smoothing, "
+            "closest reference length) of the same captions",
+            f"Bleu_{n}",
+        )
+        for n in (1, 2, 3, 4)
+    ),
+    TaskMeasure(
+        "coco_rouge_l",
+        "captioning",
+        "imsearch_align.diagnostics.coco_caption.coco_rouge_l",
+        "pycocoevalcap Rouge (tested equal)",
+        "scorer coco: mean over images of ROUGE-L F (beta 1.2; longest common subsequence, best precision "
+        "and best recall over the references) on the same tokens",
+        "ROUGE_L",
+    ),
+    TaskMeasure(
+        "coco_cider_d",
+        "captioning",
+        "imsearch_align.diagnostics.coco_caption.coco_cider_d",
+        "pycocoevalcap Cider, which is CIDEr-D (tested equal)",
+        "scorer coco: CIDEr-D, 10 x mean over 1-4-grams of the clipped tf-idf similarity to each reference "
+        "(idf from the images' reference sets), Gaussian length penalty (sigma 6), mean over "
+        "images",
+        "CIDEr",
+    ),
+    TaskMeasure(
+        "coco_meteor",
+        "captioning",
+        "pycocoevalcap Meteor (its Java jar)",
+        "METEOR 1.5 (pycocoevalcap)",
+        "scorer coco: METEOR of the same tokens; nan, with the reason in the result, without a Java runtime "
+        "and pycocoevalcap",
+        "METEOR",
+    ),
+    TaskMeasure(
+        "coco_spice",
+        "captioning",
+        "not implemented in this harness",
+        "SPICE (pycocoevalcap)",
+        "scorer coco: always nan, with the reason in the result (pycocoevalcap's SPICE needs Stanford "
+        "CoreNLP models and 8 GB of Java heap)",
+        "SPICE",
     ),
 )
 
