@@ -91,16 +91,21 @@ TASK_MEASURES: tuple[TaskMeasure, ...] = (
         "lp_acc1",
         "linear_probe",
         "imsearch_align.diagnostics.linear_probe.linear_probe",
-        "CLIP_benchmark linear_probe",
-        "top-1 accuracy of a logistic regression on frozen image embeddings",
+        "CLIP_benchmark linear_probe (procedure=clip_benchmark equals its evaluate on the same "
+        "features)",
+        "top-1 accuracy of a linear probe on frozen image embeddings, by procedure: scikit-learn "
+        "logistic regression (sklearn, default) or CLIP_benchmark's AdamW-trained linear layer "
+        "with its weight-decay search (clip_benchmark)",
         "lp_acc1",
     ),
     TaskMeasure(
         "lp_acc5",
         "linear_probe",
         "imsearch_align.diagnostics.linear_probe.linear_probe",
-        "CLIP_benchmark linear_probe",
-        "top-5 accuracy of the same probe (nan with fewer than 5 classes)",
+        "CLIP_benchmark linear_probe (procedure=clip_benchmark equals its evaluate on the same "
+        "features)",
+        "top-5 accuracy of the same probe (nan with fewer than 5 classes for sklearn, 6 for "
+        "clip_benchmark)",
         "lp_acc5",
     ),
     TaskMeasure(
