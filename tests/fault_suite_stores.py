@@ -1,7 +1,7 @@
 """Stores for the end-to-end fault suite (``tests/test_faults.py``), loaded by the CLI with
 ``--plugin fault_suite_stores`` and this folder on ``PYTHONPATH``.
 
-* ``fault-milvus``: the real :class:`~imsearch_align.adapters.milvus_store.MilvusStore`
+* ``fault-milvus``: the real :class:`~imsearch_align.adapters.milvus.MilvusStore`
   (every request goes to the server) with hooks a test drives through the
   environment, so that a fault lands at a known moment of a CLI run:
 
@@ -30,7 +30,7 @@ from typing import Any
 import numpy as np
 
 from imsearch_align.adapters.faiss_store import FaissStore
-from imsearch_align.adapters.milvus_store import MilvusStore
+from imsearch_align.adapters.milvus import MilvusStore
 from imsearch_align.framework.interfaces import SearchResult
 from imsearch_align.framework.registry import STORES
 

@@ -359,7 +359,7 @@ def test_collection_dropped_by_another_client_mid_search_fails_fast_then_resumes
     lite_server: ServerHandle, undisturbed, tmp_path: Path
 ) -> None:
     """Unclear today (11): an error that cannot heal is not retried batch after batch."""
-    from imsearch_align.adapters.milvus_store import MilvusStore
+    from imsearch_align.adapters.milvus import MilvusStore
 
     want, _, _ = undisturbed
     out, hold = tmp_path / "out", tmp_path / "hold"

@@ -29,7 +29,7 @@ from imsearch_align.adapters.base import (
     CollectionOwnedError,
     unique_collection_name,
 )
-from imsearch_align.adapters.milvus_store import (
+from imsearch_align.adapters.milvus import (
     MilvusStore,
     MilvusStoreError,
     MilvusUnavailableError,

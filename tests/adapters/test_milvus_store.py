@@ -26,13 +26,9 @@ from imsearch_align.adapters.base import (
     unique_collection_name,
 )
 from imsearch_align.adapters.exact import ExactStore
-from imsearch_align.adapters.milvus_store import (
-    MAX_TOPK,
-    MilvusStore,
-    MilvusStoreError,
-    _byte_batches,
-    _redact_uri,
-)
+from imsearch_align.adapters.milvus import MAX_TOPK, MilvusStore, MilvusStoreError
+from imsearch_align.adapters.milvus.config import redact_uri
+from imsearch_align.adapters.milvus.rows import byte_batches
 from imsearch_align.framework.registry import STORES
 from imsearch_align.testing.store_conformance import StoreConformance
 
@@ -604,9 +600,9 @@ def test_token_never_shown(env: Env, caplog: pytest.LogCaptureFixture, monkeypat
 
 
 def test_uri_credentials_are_redacted() -> None:
-    assert _redact_uri("http://root:Milvus@host:19530") == "http://host:19530"
-    assert _redact_uri("http://127.0.0.1:19530") == "http://127.0.0.1:19530"
-    assert _redact_uri("/tmp/x.db") == "/tmp/x.db"
+    assert redact_uri("http://root:Milvus@host:19530") == "http://host:19530"
+    assert redact_uri("http://127.0.0.1:19530") == "http://127.0.0.1:19530"
+    assert redact_uri("/tmp/x.db") == "/tmp/x.db"
     s = MilvusStore(uri="http://root:pw@127.0.0.1:1")
     assert "pw" not in repr(s)
 
@@ -638,7 +634,7 @@ def test_byte_batches_cover_rows_under_budget() -> None:
     rng = np.random.default_rng(0)
     sizes = rng.integers(1, 100, 500)
     sizes[17] = 1000  # one row over budget travels alone
-    batches = _byte_batches(sizes, 300, max_rows=7)
+    batches = byte_batches(sizes, 300, max_rows=7)
     assert batches[0][0] == 0 and batches[-1][1] == 500
     assert all(a[1] == b[0] for a, b in itertools.pairwise(batches))
     for lo, hi in batches:
