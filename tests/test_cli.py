@@ -663,7 +663,7 @@ def test_list_datasets_name_prints_every_parameter(name):
 
 def test_python_spelled_literals_in_params_are_literals():
     """--method-param equal_weights=False must not be the truthy string "False"."""
-    from imsearch_align.cli import _key_value
+    from imsearch_align.cli.common import key_value as _key_value
 
     assert _key_value("equal_weights=False") == ("equal_weights", False)
     assert _key_value("normalize=True") == ("normalize", True)

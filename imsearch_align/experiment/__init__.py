@@ -13,12 +13,7 @@ is a class in :mod:`.tasks`; :func:`sweep` runs a grid sharing one
 from __future__ import annotations
 
 from imsearch_align.experiment.components import make_encoder, shared_encoder
-from imsearch_align.experiment.config import (
-    DEFAULT_OUTPUT_TEMPLATE,
-    ConfigError,
-    ExperimentConfig,
-    check_template,
-)
+from imsearch_align.experiment.config import DEFAULT_OUTPUT_TEMPLATE, ConfigError, ExperimentConfig
 from imsearch_align.experiment.context import Study
 from imsearch_align.experiment.output import check_writable
 from imsearch_align.experiment.pipeline import ExperimentError, run_experiment
@@ -34,6 +29,7 @@ from imsearch_align.experiment.result import (
 )
 from imsearch_align.experiment.sweep import grid, sweep
 from imsearch_align.experiment.tasks import class_prompts, class_vectors
+from imsearch_align.experiment.templates import check_template
 
 __all__ = [
     "DEFAULT_OUTPUT_TEMPLATE",

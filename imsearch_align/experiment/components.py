@@ -2,8 +2,10 @@
 
 :func:`preflight` resolves every name of a config (dataset, encoders, method,
 store, task, perturbations) and checks every parameter name against the
-factory's signature, with "did you mean", then connects to the store: a
-typo or an unreachable server is reported in a second, before any encoding.
+factory's signature, with "did you mean": a typo is reported in a second,
+before any encoding (the run then connects to the store first, so an
+unreachable server is too). It runs once per config: a sweep and the CLI
+check every config first and tell :func:`~.pipeline.run_experiment` so.
 """
 
 from __future__ import annotations

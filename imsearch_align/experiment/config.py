@@ -8,10 +8,15 @@ lone value is accepted where a list is meant (``k_values: 10`` is ``(10,)``,
 characters and a string is never a boolean (``ann_fidelity: "no"`` is an
 error, not ``True``).
 
+A field and its command-line flag are one place: each field's
+:class:`Flag` (its ``metadata["flag"]``) says how ``eval`` and ``sweep``
+spell it, and the CLI builds the flag from it and the field's annotation.
+
 Values that cannot go into JSON (an in-memory DataFrame, a ``datasets``
 Dataset, a numpy array, a long list) are recorded by a content digest in
 :meth:`ExperimentConfig.to_dict` and in :meth:`ExperimentConfig.key`, so a
-result file stays small and two different in-memory inputs never share a key.
+result file stays small and two different in-memory inputs never share a key
+(:mod:`.config_values`).
 """
 
 from __future__ import annotations
@@ -21,170 +26,83 @@ import difflib
 import hashlib
 import json
 import math
-import numbers
 import os
-import string
-import types
 import typing
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import numpy as np
+from imsearch_align.experiment.config_values import (
+    ConfigError,
+    coerce,
+    digest_value,
+    is_secret,
+    one_of,
+    plain,
+)
+from imsearch_align.experiment.templates import DEFAULT_OUTPUT_TEMPLATE, check_template
 
 __all__ = [
     "DEFAULT_OUTPUT_TEMPLATE",
     "DIRECTIONS",
     "ConfigError",
+    "ConfigFileError",
     "ExperimentConfig",
+    "Flag",
     "digest_value",
+    "read_config_file",
 ]
 
-DEFAULT_OUTPUT_TEMPLATE = "{dataset}_{method}_{store}_{n}.json"
 DIRECTIONS = ("t2i", "i2t")
-#: Lists longer than this in a parameter are recorded by digest, not inline.
-MAX_INLINE_LIST = 64
+ENSEMBLES = ("mean", "best")
 
 
-class ConfigError(ValueError):
-    """A config field has the wrong type or value; the message names the field."""
+# ----------------------------------------------------------------------------- flags
 
 
-# ----------------------------------------------------------------------------- digests
+@dataclass(frozen=True)
+class Flag:
+    """How a config field is spelled on the command line of ``eval`` and ``sweep``.
+
+    The CLI makes the flag's kind from the field's annotation: a mapping is a
+    repeatable ``--x-param KEY=VALUE``, a tuple takes one or more values, a
+    bool is ``--x/--no-x``, anything else one value.
+
+    Attributes:
+        help: the flag's help text (None: none shown).
+        name: the flag without ``--``; default the field's name with ``-``
+            for ``_`` (a mapping ``x_params``: ``x-param``).
+        metavar: the value's placeholder in the help (None: argparse's).
+        choices: the values allowed.
+        positive: integers must be >= 1.
+        none_words: words that mean None (``none`` for an encoder).
+        scope: mappings only: ``""`` takes ``KEY=VALUE``; ``"sweep"`` also
+            ``NAME:KEY=VALUE`` in a sweep, for one name of its ``--<x>s``;
+            ``"name"`` always ``NAME:KEY=VALUE`` (keyword arguments per name).
+    """
+
+    help: str | None = None
+    name: str = ""
+    metavar: str | None = None
+    choices: tuple[str, ...] | None = None
+    positive: bool = False
+    none_words: tuple[str, ...] = ()
+    scope: str = ""
 
 
-def digest_value(value: Any) -> dict[str, Any] | None:
-    """A JSON record (type, size, ``sha256`` of the content) for a value JSON
-    cannot hold inline: in-memory data (DataFrame, ``datasets`` Dataset, numpy
-    array, PairedDataset: :func:`imsearch_align.datasets.describe_param_value`)
-    or a list longer than :data:`MAX_INLINE_LIST`; None for anything else."""
-    if isinstance(value, list | tuple) and len(value) > MAX_INLINE_LIST:
-        blob = json.dumps([_plain(v) for v in value], default=str, sort_keys=True).encode()
-        return {"type": "list", "len": len(value), "sha256": hashlib.sha256(blob).hexdigest()}
-    if value is None or isinstance(
-        value, str | bool | int | float | Mapping | list | tuple | os.PathLike | np.generic
-    ):
-        return None
-    from imsearch_align.datasets import describe_param_value
-
-    try:
-        rec = describe_param_value(value)
-    except TypeError as exc:
-        raise ConfigError(
-            f"cannot record a {type(value).__name__} in a config ({exc}); pass a path, a number, "
-            "a string, a list, a mapping, a numpy array, a DataFrame or a datasets Dataset"
-        ) from None
-    return rec if isinstance(rec, dict) else None
+def _field(default: Any, **flag: Any) -> Any:
+    """A config field: ``default`` (``{}``: a fresh dict per config) and its :class:`Flag`."""
+    meta = {"flag": Flag(**flag)}
+    if isinstance(default, dict):
+        assert not default, "a mapping field defaults to an empty mapping"
+        return field(default_factory=dict, metadata=meta)
+    return field(default=default, metadata=meta)
 
 
-def _plain(value: Any) -> Any:
-    """``value`` as JSON-ready data: digests for what JSON cannot hold."""
-    rec = digest_value(value)
-    if rec is not None:
-        return rec
-    if isinstance(value, Mapping):
-        return {str(k): _plain(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [_plain(v) for v in value]
-    if isinstance(value, np.generic):
-        return value.item()
-    if isinstance(value, os.PathLike):
-        return os.fspath(value)
-    if value is None or isinstance(value, str | bool | int | float):
-        return value
-    raise ConfigError(
-        f"cannot record a {type(value).__name__} in a config: pass a path, a number, a string, "
-        "a list, a mapping, a numpy array, a DataFrame or a datasets Dataset"
-    )
-
-
-SECRET_WORDS = ("token", "password", "secret", "api_key", "apikey")
-
-
-def _is_secret(key: str) -> bool:
-    return any(w in key.lower() for w in SECRET_WORDS)
-
-
-# ----------------------------------------------------------------------------- field checks
-
-
-def _type_name(tp: Any) -> str:
-    origin = typing.get_origin(tp)
-    if origin in (typing.Union, types.UnionType):
-        return " or ".join(_type_name(a) for a in typing.get_args(tp))
-    if tp is type(None):
-        return "null"
-    if origin is tuple:
-        return f"a list of {_type_name(typing.get_args(tp)[0])}"
-    if origin in (Mapping, dict):
-        return "a mapping"
-    return getattr(tp, "__name__", str(tp))
-
-
-def _bad(name: str, tp: Any, value: Any) -> ConfigError:
-    return ConfigError(
-        f"config field {name!r} must be {_type_name(tp)}, got {type(value).__name__} {value!r}"
-    )
-
-
-def _coerce(name: str, tp: Any, value: Any) -> Any:
-    """Check ``value`` against annotation ``tp``; return the canonical value."""
-    origin = typing.get_origin(tp)
-    if origin in (typing.Union, types.UnionType):
-        args = typing.get_args(tp)
-        if value is None and type(None) in args:
-            return None
-        for a in args:
-            if a is type(None):
-                continue
-            try:
-                return _coerce(name, a, value)
-            except ConfigError:
-                continue
-        raise _bad(name, tp, value)
-    if tp is bool:
-        if isinstance(value, bool | np.bool_):
-            return bool(value)
-        raise _bad(name, tp, value)
-    if tp is int:
-        if isinstance(value, bool | np.bool_) or not isinstance(value, numbers.Integral):
-            raise _bad(name, tp, value)
-        return int(value)
-    if tp is float:
-        if isinstance(value, bool | np.bool_) or not isinstance(value, numbers.Real):
-            raise _bad(name, tp, value)
-        return float(value)
-    if tp is str:
-        if not isinstance(value, str):
-            raise _bad(name, tp, value)
-        return value
-    if origin is tuple:
-        (item,) = [a for a in typing.get_args(tp) if a is not Ellipsis]
-        if isinstance(value, str | numbers.Number) and not isinstance(value, bool):
-            value = [value]  # a lone value where a list is meant
-        if not isinstance(value, list | tuple | np.ndarray):
-            raise _bad(name, tp, value)
-        try:
-            return tuple(_coerce(name, item, v) for v in value)
-        except ConfigError:
-            raise ConfigError(
-                f"config field {name!r} must be {_type_name(tp)}, got {value!r}"
-            ) from None
-    if origin in (Mapping, dict) or tp is Mapping:
-        if not isinstance(value, Mapping):
-            raise _bad(name, tp, value)
-        return {str(k): v for k, v in value.items()}
-    raise TypeError(f"ExperimentConfig: no check for the annotation of {name!r} ({tp!r})")
-
-
-def _one_of(name: str, value: str, allowed: tuple[str, ...]) -> None:
-    if value not in allowed:
-        close = difflib.get_close_matches(value, allowed, n=1)
-        hint = f" (did you mean {close[0]!r}?)" if close else ""
-        raise ConfigError(
-            f"config field {name!r} must be one of {list(allowed)}, got {value!r}{hint}"
-        )
+_NONE = ("none", "null", "")
+_ENCODER_HELP = "ENCODERS name; 'none' uses the dataset's own embeddings"
+_TIE_HELP = "scores within this relative tolerance tie ('none', the default: equal true scores)"
 
 
 # ----------------------------------------------------------------------------- the config
@@ -233,7 +151,7 @@ class ExperimentConfig:
         tie_tolerance: scores within this relative tolerance tie (chained);
             ``None``: documents with equal true scores tie (float64 scores of
             the vectors where the store's cannot order them, 1e-12 relative;
-            see :mod:`imsearch_align.experiment.tie_aware`); ``0`` ties only
+            see :mod:`imsearch_align.framework.ranking.tie_aware`); ``0`` ties only
             equal scores.
         cache_dir: embedding cache folder (``None`` disables it).
         batch_size: queries per store call. encode_batch_size: items per encoder pass.
@@ -241,35 +159,74 @@ class ExperimentConfig:
         name: a free label stored in the result.
     """
 
-    dataset: str = "shapes"
-    dataset_params: Mapping[str, Any] = field(default_factory=dict)
-    support_dataset: str | None = None
-    support_dataset_params: Mapping[str, Any] = field(default_factory=dict)
-    image_encoder: str | None = "efficientnet-lite0"
-    image_encoder_params: Mapping[str, Any] = field(default_factory=dict)
-    text_encoder: str | None = "sentence-transformers"
-    text_encoder_params: Mapping[str, Any] = field(default_factory=dict)
-    method: str = "csa"
-    method_params: Mapping[str, Any] = field(default_factory=dict)
-    store: str = "faiss"
-    store_params: Mapping[str, Any] = field(default_factory=dict)
-    task: str = "retrieval"
-    task_params: Mapping[str, Any] = field(default_factory=dict)
-    n_support: int | None = None
-    seed: int = 0
-    k_values: tuple[int, ...] = (1, 5, 10)
-    directions: tuple[str, ...] = DIRECTIONS
-    ensemble: str = "mean"
-    perturbations: tuple[str, ...] = ()
-    perturbation_params: Mapping[str, Any] = field(default_factory=dict)
-    ann_fidelity: bool = False
-    diagnostics: bool = False
-    tie_tolerance: float | None = None
-    cache_dir: str | None = ".cache/embeddings"
-    batch_size: int = 1024
-    encode_batch_size: int = 32
-    workers: int = 2
-    name: str = ""
+    dataset: str = _field("shapes", help="DATASETS name (imsearch-align list datasets [NAME])")
+    dataset_params: Mapping[str, Any] = _field(
+        {}, help="dataset loader argument (repeatable; VALUE parsed as JSON when possible)"
+    )
+    support_dataset: str | None = _field(
+        None, metavar="NAME", help="fit the alignment on this dataset's pairs (zero-shot protocol)"
+    )
+    support_dataset_params: Mapping[str, Any] = _field({})
+    image_encoder: str | None = _field(
+        "efficientnet-lite0", metavar="NAME", none_words=_NONE, help=_ENCODER_HELP
+    )
+    image_encoder_params: Mapping[str, Any] = _field({})
+    text_encoder: str | None = _field(
+        "sentence-transformers", metavar="NAME", none_words=_NONE, help=_ENCODER_HELP
+    )
+    text_encoder_params: Mapping[str, Any] = _field({})
+    method: str = _field("csa", help="METHODS name (csa, asif, cka, procrustes, linear, identity)")
+    method_params: Mapping[str, Any] = _field(
+        {}, scope="sweep", help="method argument (repeatable)"
+    )
+    store: str = _field("faiss", help="STORES name (faiss, exact, milvus, lancedb, qdrant...)")
+    store_params: Mapping[str, Any] = _field(
+        {}, scope="sweep", help="store argument, e.g. uri=http://127.0.0.1:19530"
+    )
+    task: str = _field("retrieval", metavar="NAME", help="TASKS name (imsearch-align list tasks)")
+    task_params: Mapping[str, Any] = _field(
+        {}, help="task argument, e.g. candidates=100 for matching"
+    )
+    n_support: int | None = _field(
+        None,
+        metavar="N",
+        positive=True,
+        none_words=("all", "none"),
+        help="support pairs ('all' = every pair)",
+    )
+    seed: int = _field(0)
+    k_values: tuple[int, ...] = _field(
+        (1, 5, 10), name="k", metavar="K", positive=True, help="cutoffs (default 1 5 10)"
+    )
+    directions: tuple[str, ...] = _field(DIRECTIONS, choices=DIRECTIONS)
+    ensemble: str = _field("mean", choices=ENSEMBLES, help="classification prompt ensembling")
+    perturbations: tuple[str, ...] = _field(
+        (),
+        metavar="NAME",
+        help="query perturbations to also evaluate (imsearch-align list perturbations)",
+    )
+    perturbation_params: Mapping[str, Any] = _field(
+        {},
+        scope="name",
+        metavar="NAME:KEY=VALUE",
+        help="a perturbation's argument, e.g. typo:rate=0.2 (repeatable)",
+    )
+    ann_fidelity: bool = _field(
+        False,
+        help="also report the store's recall@k against exact search (true inner products)",
+    )
+    diagnostics: bool = _field(False, help="embedding-space geometry of the raw and aligned spaces")
+    tie_tolerance: float | None = _field(None, metavar="TOL", none_words=_NONE, help=_TIE_HELP)
+    cache_dir: str | None = _field(
+        ".cache/embeddings",
+        metavar="DIR",
+        none_words=_NONE,
+        help="embedding cache ('none' disables)",
+    )
+    batch_size: int = _field(1024, metavar="N", positive=True, help="queries per store call")
+    encode_batch_size: int = _field(32, metavar="N", positive=True, help="items per encoder pass")
+    workers: int = _field(2, metavar="N", positive=True, help="concurrent search threads")
+    name: str = _field("", help="a free label stored in the result")
 
     def __post_init__(self) -> None:
         hints = typing.get_type_hints(type(self))
@@ -277,7 +234,7 @@ class ExperimentConfig:
             value = getattr(self, f.name)
             if f.name == "cache_dir" and isinstance(value, os.PathLike):
                 value = os.fspath(value)
-            object.__setattr__(self, f.name, _coerce(f.name, hints[f.name], value))
+            object.__setattr__(self, f.name, coerce(f.name, hints[f.name], value))
         self._check_values()
         # The JSON record (digests of in-memory inputs) is computed once, now: a value
         # that cannot be recorded fails on construction, before any work.
@@ -305,9 +262,9 @@ class ExperimentConfig:
                 f"config field 'directions' must name some of {list(DIRECTIONS)}, got []"
             )
         for d in self.directions:
-            _one_of("directions", d, DIRECTIONS)
+            one_of("directions", d, DIRECTIONS)
         object.__setattr__(self, "directions", tuple(dict.fromkeys(self.directions)))
-        _one_of("ensemble", self.ensemble, ("mean", "best"))
+        one_of("ensemble", self.ensemble, ENSEMBLES)
         if self.n_support is not None:
             positive("n_support", self.n_support)
         if self.tie_tolerance is not None and not (
@@ -365,21 +322,8 @@ class ExperimentConfig:
 
     @classmethod
     def from_file(cls, path: str | os.PathLike) -> ExperimentConfig:
-        """Load a ``.json`` or ``.yaml``/``.yml`` config file."""
-        p = Path(path)
-        if not p.is_file():
-            raise FileNotFoundError(f"config file {str(p)!r} does not exist")
-        text = p.read_text(encoding="utf-8-sig")
-        try:
-            if p.suffix.lower() in (".yaml", ".yml"):
-                import yaml
-
-                data = yaml.safe_load(text)
-            else:
-                data = json.loads(text)
-        except Exception as exc:
-            raise ConfigError(f"cannot parse config file {str(p)!r}: {exc}") from None
-        return cls.from_dict(data or {})
+        """Load a ``.json`` or ``.yaml``/``.yml`` config file (:func:`read_config_file`)."""
+        return cls.from_dict(read_config_file(path) or {})
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready mapping; values JSON cannot hold are recorded by digest,
@@ -387,10 +331,10 @@ class ExperimentConfig:
         return json.loads(json.dumps(self._record))
 
     def _make_record(self) -> dict[str, Any]:
-        out = {f.name: _plain(getattr(self, f.name)) for f in dataclasses.fields(self)}
+        out = {f.name: plain(getattr(self, f.name)) for f in dataclasses.fields(self)}
         for name, value in out.items():
             if name.endswith("_params") and isinstance(value, dict):
-                out[name] = {k: "***" if _is_secret(k) else v for k, v in value.items()}
+                out[name] = {k: "***" if is_secret(k) else v for k, v in value.items()}
         return out
 
     def replace(self, **changes: Any) -> ExperimentConfig:
@@ -426,59 +370,28 @@ class ExperimentConfig:
         return template.format(**values)
 
 
-TEMPLATE_FIELDS = (
-    "dataset",
-    "method",
-    "store",
-    "n",
-    "seed",
-    "task",
-    "image_encoder",
-    "text_encoder",
-    "key",
-    "name",
-)
+class ConfigFileError(ConfigError):
+    """A config file that cannot be parsed; ``path`` and ``reason`` (the parser's error)."""
+
+    def __init__(self, path: Path, reason: Exception) -> None:
+        super().__init__(f"cannot parse config file {str(path)!r}: {reason}")
+        self.path = path
+        self.reason = reason
 
 
-def check_template(template: Any) -> str:
-    """Validate an output file-name template before any work.
-
-    Named fields only (``{dataset} {method} {store} {n} {seed} {task}
-    {image_encoder} {text_encoder} {key} {name}``), no positional ``{}``, no
-    attribute or index access, no conversion; the name ends in ``.json``; a
-    relative path (sub-folders are created).
-    """
-    if not isinstance(template, str) or not template:
-        raise ConfigError(f"output template must be a non-empty string, got {template!r}")
+def read_config_file(path: str | os.PathLike) -> Any:
+    """The data a config file holds: YAML for ``.yaml``/``.yml``, else JSON;
+    None for an empty file. A missing file raises ``FileNotFoundError``, one
+    that cannot be parsed :class:`ConfigFileError`."""
+    p = Path(path)
+    if not p.is_file():
+        raise FileNotFoundError(f"config file {str(p)!r} does not exist")
+    text = p.read_text(encoding="utf-8-sig")
     try:
-        parsed = list(string.Formatter().parse(template))
-    except ValueError as exc:
-        raise ConfigError(f"output template {template!r} is malformed: {exc}") from None
-    for _, fname, spec, conv in parsed:
-        if fname is None:
-            continue
-        if fname == "" or fname.isdigit():
-            raise ConfigError(
-                f"output template {template!r} has a positional field {{{fname}}}; use named "
-                f"fields: {', '.join('{' + f + '}' for f in TEMPLATE_FIELDS)}"
-            )
-        if fname not in TEMPLATE_FIELDS:
-            close = difflib.get_close_matches(fname, TEMPLATE_FIELDS, n=1)
-            hint = f" (did you mean {{{close[0]}}}?)" if close else ""
-            raise ConfigError(
-                f"output template {template!r} uses unknown field {{{fname}}}{hint}; valid "
-                f"fields: {', '.join(TEMPLATE_FIELDS)}"
-            )
-        if conv or spec:
-            raise ConfigError(
-                f"output template {template!r}: field {{{fname}}} takes no conversion or format spec"
-            )
-    if not template.endswith(".json"):
-        raise ConfigError(
-            f"output template {template!r} must end in '.json' (build and plot read *.json files)"
-        )
-    if Path(template).is_absolute() or ".." in Path(template).parts:
-        raise ConfigError(
-            f"output template {template!r} must be a relative path inside the output folder"
-        )
-    return template
+        if p.suffix.lower() in (".yaml", ".yml"):
+            import yaml
+
+            return yaml.safe_load(text)
+        return json.loads(text)
+    except Exception as exc:
+        raise ConfigFileError(p, exc) from None

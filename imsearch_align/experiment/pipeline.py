@@ -55,6 +55,7 @@ def run_experiment(
     skip_existing: bool = False,
     progress: bool = True,
     study: Study | None = None,
+    preflighted: bool = False,
 ) -> ExperimentResult:
     """Run one experiment; return its result (written under ``output_dir`` when given).
 
@@ -63,6 +64,9 @@ def run_experiment(
     is run again. Search batches are checkpointed under
     ``output_dir/.checkpoints``, so a killed run resumes where it stopped.
     ``study`` shares loaded datasets and embeddings between the cells of a sweep.
+    ``preflighted``: the caller has run :func:`~.components.preflight` on
+    ``config`` already (a sweep and the CLI check every config before the
+    first runs), so it is not checked again.
     """
     if not isinstance(config, ExperimentConfig):
         raise TypeError(f"config must be an ExperimentConfig, got {type(config).__name__}")
@@ -72,7 +76,8 @@ def run_experiment(
     from imsearch_align.framework.registry import TASKS
 
     task_cls = TASKS.get(config.task)
-    preflight(config, task_cls)
+    if not preflighted:
+        preflight(config, task_cls)
     task = task_cls(**config.task_params)
     study = study or Study()
     clock = Clock()

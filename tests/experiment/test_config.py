@@ -1,4 +1,5 @@
-"""ExperimentConfig: every field typed and checked, digests for in-memory inputs, templates."""
+"""ExperimentConfig: every field typed and checked, digests for in-memory inputs, templates,
+and every field a flag of ``eval`` and ``sweep``."""
 
 from __future__ import annotations
 
@@ -119,3 +120,46 @@ def test_template_with_folders():
     cfg = ExperimentConfig(dataset="coco", method="csa", store="faiss", n_support=100)
     assert cfg.output_name("sub/{dataset}/{method}_{n}.json") == "sub/coco/csa_100.json"
     assert cfg.output_name("{key}.json") == f"{cfg.key()}.json"
+
+
+# ----------------------------------------------------------------------------- flags
+
+
+def _config_of(*argv: str, command: str = "eval") -> ExperimentConfig:
+    """The config ``imsearch-align COMMAND ARGV`` would run (flags over ``--config``)."""
+    from imsearch_align.cli import build_parser
+    from imsearch_align.cli.config_flags import GIVEN, config_mapping, given_flags
+
+    args = build_parser().parse_args([command, *argv])
+    setattr(args, GIVEN, given_flags(argv))
+    data, _ = config_mapping(args, swept=("n_support",) if command == "sweep" else ())
+    return ExperimentConfig.from_dict(data)
+
+
+def test_every_config_field_is_a_flag_of_eval_and_sweep():
+    """A field and its flag are one place: every field has one, made from the field."""
+    import argparse
+
+    from imsearch_align.cli import build_parser
+    from imsearch_align.cli.config_flags import config_flags
+
+    flags = config_flags()
+    assert [cf.field for cf in flags] == ExperimentConfig.field_names()
+    sub = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))
+    for command in ("eval", "sweep"):
+        options = {o for a in sub.choices[command]._actions for o in a.option_strings}
+        assert {f"--{cf.flag}" for cf in flags} <= options, command
+    assert {cf.field: cf.flag for cf in flags}["k_values"] == "k"
+    assert {cf.field: cf.flag for cf in flags}["method_params"] == "method-param"
+
+
+def test_tie_tolerance_has_a_flag(tmp_path):
+    assert _config_of().tie_tolerance is None
+    assert _config_of("--tie-tolerance", "1e-6").tie_tolerance == 1e-6
+    assert _config_of("--tie-tolerance", "0", command="sweep").tie_tolerance == 0.0
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text("tie_tolerance: 0.1\n")
+    assert _config_of("--config", str(cfg)).tie_tolerance == 0.1
+    assert _config_of("--config", str(cfg), "--tie-tolerance", "none").tie_tolerance is None
+    with pytest.raises(ConfigError, match="'tie_tolerance' must be a finite number >= 0"):
+        _config_of("--tie-tolerance", "-1")
