@@ -19,6 +19,7 @@ import time
 from typing import Any
 
 import numpy as np
+from perf_common import row_maker
 
 from imsearch_align.diagnostics import diagnose, spherical_knn_entropy
 
@@ -38,9 +39,7 @@ def _pairs(n: int, d: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
     return x, y
 
 
-def _row(item: str, value: float, unit: str, target: str | None = None, ok: bool | None = None):
-    return {"section": SECTION, "item": item, "value": float(value), "unit": unit,
-            "target": target, "ok": ok}  # fmt: skip
+_row = row_maker(SECTION)
 
 
 def _faiss_knn_seconds(x: np.ndarray, k: int) -> float | None:

@@ -25,20 +25,12 @@ import time
 from pathlib import Path
 from typing import Any
 
+from perf_common import row_maker
+
 os.environ.setdefault("HF_HUB_OFFLINE", "1")  # everything here is offline by design
 
 
-def _row(
-    item: str, value: float, unit: str, target: str | None = None, ok: bool | None = None
-) -> dict:
-    return {
-        "section": "encoders",
-        "item": item,
-        "value": float(value),
-        "unit": unit,
-        "target": target,
-        "ok": ok,
-    }
+_row = row_maker("encoders")
 
 
 def _bench(

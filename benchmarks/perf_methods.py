@@ -24,6 +24,7 @@ import tracemalloc
 from typing import Any
 
 import numpy as np
+from perf_common import row_maker
 
 from imsearch_align import METHODS
 from imsearch_align.datasets.synthetic import make_synthetic_pairs
@@ -31,15 +32,7 @@ from imsearch_align.datasets.synthetic import make_synthetic_pairs
 SECTION = "methods"
 
 
-def _row(item: str, value: float, unit: str, target: str | None = None, ok: bool | None = None):
-    return {
-        "section": SECTION,
-        "item": item,
-        "value": float(value),
-        "unit": unit,
-        "target": target,
-        "ok": ok,
-    }
+_row = row_maker(SECTION)
 
 
 def bench_csa(n: int, d_image: int, d_text: int, r: int) -> tuple[list[dict], dict[str, Any]]:

@@ -38,6 +38,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from perf_common import row_maker
 
 SECTION = "scale"
 HERE = Path(__file__).resolve().parent
@@ -55,17 +56,7 @@ NOISE = {"image": 1.5, "caption": 1.5, "text": 0.8}
 TARGET_STUDY_S, TARGET_ASIF_S, TARGET_DENSE_S = 300.0, 60.0, 15.0
 
 
-def _row(
-    item: str, value: Any, unit: str, target: str | None = None, ok: bool | None = None
-) -> dict:
-    return {
-        "section": SECTION,
-        "item": item,
-        "value": value,
-        "unit": unit,
-        "target": target,
-        "ok": ok,
-    }
+_row = row_maker(SECTION, as_float=False)
 
 
 # ----------------------------------------------------------------------------- memory

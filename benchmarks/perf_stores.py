@@ -17,7 +17,7 @@
     (C++ allocations of faiss and Milvus Lite included). Harness overhead:
     ``FaissStore.search`` against the raw ``index.search`` on the same index
     and queries, per batch best of 5 alternated, median over batches; target <= 10%. Milvus Lite rows run
-    when ``imsearch_align.adapters.milvus_store`` exists.
+    when ``imsearch_align.adapters.milvus`` exists.
 
 (c) Issue 12, sparse search at Flickr30k size: ASIF spaces built by the real
     ASIF method (non_zeros = min(800, N)) from synthetic Flickr-shaped
@@ -53,6 +53,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from perf_common import row_maker
 
 from imsearch_align.adapters.exact import ExactStore
 from imsearch_align.framework.fidelity import ann_recall
@@ -61,17 +62,7 @@ from imsearch_align.testing.store_conformance import clustered_vectors
 SECTION = "stores"
 
 
-def _row(
-    item: str, value: float, unit: str, target: str | None = None, ok: bool | None = None
-) -> dict:
-    return {
-        "section": SECTION,
-        "item": item,
-        "value": float(value),
-        "unit": unit,
-        "target": target,
-        "ok": ok,
-    }
+_row = row_maker(SECTION)
 
 
 class _PeakRss:
@@ -259,7 +250,7 @@ def stores_table(quick: bool) -> tuple[list[dict], dict]:
     ivf.close()
 
     try:
-        from imsearch_align.adapters.milvus_store import MilvusStore
+        from imsearch_align.adapters.milvus import MilvusStore
     except ImportError as exc:
         notes.append(f"Milvus rows skipped: {exc}")
         MilvusStore = None

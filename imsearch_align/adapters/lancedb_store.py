@@ -31,6 +31,7 @@ from imsearch_align.adapters.base import (
     search_closing_ties,
 )
 from imsearch_align.framework.interfaces import SearchResult
+from imsearch_align.framework.optional import require
 from imsearch_align.framework.registry import STORES
 from imsearch_align.framework.validation import check_int
 
@@ -44,14 +45,8 @@ _INDEXES = ("flat", "ivf_flat")
 
 
 def _import_lancedb() -> Any:
-    try:
-        import lancedb
-        import pyarrow
-    except ImportError as exc:  # pragma: no cover - exercised only without the extra
-        raise ImportError(
-            "LanceDBStore needs lancedb: pip install 'imsearch-align[lancedb]'"
-        ) from exc
-    return lancedb, pyarrow
+    lancedb = require("lancedb", "lancedb", "LanceDBStore")
+    return lancedb, require("pyarrow", "lancedb", "LanceDBStore", needs="lancedb")
 
 
 @STORES.register("lancedb")

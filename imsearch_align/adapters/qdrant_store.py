@@ -51,6 +51,7 @@ from imsearch_align.adapters.base import (
     search_closing_ties,
 )
 from imsearch_align.framework.interfaces import SearchResult, StoreUnavailableError
+from imsearch_align.framework.optional import require
 from imsearch_align.framework.registry import STORES
 from imsearch_align.framework.validation import check_int
 
@@ -64,14 +65,10 @@ _META = "imsearch_align"
 
 
 def _import_qdrant() -> Any:
-    try:
-        import qdrant_client
-        from qdrant_client import models
-    except ImportError as exc:
-        raise ImportError(
-            "QdrantStore needs qdrant-client: pip install 'imsearch-align[qdrant]'"
-        ) from exc
-    return qdrant_client, models
+    qdrant_client = require("qdrant_client", "qdrant", "QdrantStore", needs="qdrant-client")
+    return qdrant_client, require(
+        "qdrant_client.models", "qdrant", "QdrantStore", needs="qdrant-client"
+    )
 
 
 @STORES.register("qdrant")

@@ -17,6 +17,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from imsearch_align.framework.optional import maybe_import
+
 __all__ = ["KEY_PACKAGES", "Provenance", "blas_info", "capture", "package_versions"]
 
 #: Packages whose versions every result records (a store adds its own).
@@ -104,12 +106,11 @@ def _git_commit() -> str | None:
 
 def blas_info() -> list[dict[str, Any]]:
     """The BLAS/OpenMP libraries loaded in this process (threadpoolctl), without file paths."""
-    try:
-        from threadpoolctl import threadpool_info
-    except ImportError:
+    threadpoolctl = maybe_import("threadpoolctl")
+    if threadpoolctl is None:
         return []
     keys = ("internal_api", "version", "num_threads", "architecture")
-    return [{k: d.get(k) for k in keys} for d in threadpool_info()]
+    return [{k: d.get(k) for k in keys} for d in threadpoolctl.threadpool_info()]
 
 
 def capture(store: Any = None) -> Provenance:

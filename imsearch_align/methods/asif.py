@@ -36,6 +36,7 @@ from typing import Any
 import numpy as np
 import scipy.sparse as sp
 
+from imsearch_align.framework.optional import require
 from imsearch_align.framework.registry import METHODS
 from imsearch_align.framework.validation import check_int
 from imsearch_align.methods.base import AlignmentBase, l2_normalize
@@ -54,13 +55,14 @@ _U32 = 2.0**-24  # float32 unit roundoff
 
 
 def _kernels() -> Any:
-    try:
-        from imsearch_align.methods import _asif_kernels
-    except ImportError as exc:  # numba missing or broken
-        raise ImportError(
-            f"the ASIF transform needs numba: pip install 'numba>=0.59' (import failed: {exc})"
-        ) from exc
-    return _asif_kernels
+    return require(  # numba missing or broken
+        "imsearch_align.methods._asif_kernels",
+        None,
+        "the ASIF transform",
+        needs="numba",
+        pip="'numba>=0.59'",
+        note=" (import failed: {exc})",
+    )
 
 
 def _workers() -> int:

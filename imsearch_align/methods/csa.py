@@ -40,6 +40,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
+from imsearch_align.framework.optional import require
 from imsearch_align.framework.registry import METHODS
 from imsearch_align.framework.validation import check_int
 from imsearch_align.methods.base import AlignmentBase, Moments, l2_normalize, support_moments
@@ -254,13 +255,8 @@ class CSA(AlignmentBase):
     def _fit_cca_zoo(
         self, X: np.ndarray, Y: np.ndarray, r: int
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        try:
-            from cca_zoo.linear import CCA as ZooCCA
-        except ImportError as exc:  # optional dependency
-            raise ImportError(
-                "CSA(backend='cca_zoo') needs cca-zoo>=4: pip install 'imsearch-align[cca]'"
-            ) from exc
-        model = ZooCCA(n_components=r).fit([X, Y])
+        cca_zoo = require("cca_zoo.linear", "cca", "CSA(backend='cca_zoo')", needs="cca-zoo>=4")
+        model = cca_zoo.CCA(n_components=r).fit([X, Y])
         Wx = np.asarray(model.weights_[0], dtype=np.float64)
         Wy = np.asarray(model.weights_[1], dtype=np.float64)
         # Only the weights are used: cca_zoo's transform needs equal row counts.

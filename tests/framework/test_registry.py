@@ -1,4 +1,4 @@
-"""Registry: registration, helpful errors, plug-ins by entry point, --plugin modules, env var.
+"""Registry: registration, built-in discovery, helpful errors, plug-ins (entry points, --plugin, env var).
 
 Entry points are discovered for real: each test writes a distribution's
 ``.dist-info`` (METADATA, entry_points.txt) and modules into a temporary
@@ -14,22 +14,23 @@ import uuid
 
 import pytest
 
-from imsearch_align.framework import registry
-from imsearch_align.framework.registry import (
+from imsearch_align.framework import plugins
+from imsearch_align.framework.plugins import (
     ENV_VAR,
-    STORE_ATTRIBUTES,
-    STORE_METHODS,
-    STORES,
     PluginConflictError,
     PluginLoadError,
     PluginProtocolError,
-    Registry,
-    check_store,
     load_plugins,
     plugin_failures,
     plugin_modules_from_env,
+)
+from imsearch_align.framework.protocol_checks import (
+    STORE_ATTRIBUTES,
+    STORE_METHODS,
+    check_store,
     store_protocol_problems,
 )
+from imsearch_align.framework.registry import STORES, Registry
 from imsearch_align.testing.plugins import write_distribution
 
 GROUP = "imsearch_align.stores"
@@ -59,8 +60,8 @@ def uniq(prefix: str) -> str:
 @pytest.fixture(autouse=True)
 def _isolated_plugin_state(monkeypatch):
     """Plug-in module bookkeeping is process-wide: give each test its own."""
-    monkeypatch.setattr(registry, "_PLUGIN_MODULES", {})
-    monkeypatch.setattr(registry, "_PLUGIN_FAILURES", {})
+    monkeypatch.setattr(plugins, "_PLUGIN_MODULES", {})
+    monkeypatch.setattr(plugins, "_PLUGIN_FAILURES", {})
     monkeypatch.delenv(ENV_VAR, raising=False)
 
 
@@ -111,7 +112,7 @@ def test_unknown_name_did_you_mean_valid_list_and_how_to_add_a_plugin():
 
 def test_builtin_modules_load_lazily_on_first_use(tmp_path, monkeypatch):
     mod = uniq("fake_plugins_mod")
-    lazy = Registry("thing", builtin_modules=(mod,))
+    lazy = Registry("thing", packages=(mod,))
     monkeypatch.setitem(sys.modules, "_registry_holder", types.SimpleNamespace(LAZY=lazy))
     (tmp_path / f"{mod}.py").write_text(
         "from _registry_holder import LAZY\nLAZY.register('late')(int)\n"
@@ -128,7 +129,7 @@ def test_empty_name_rejected():
 
 def test_a_broken_builtin_module_does_not_hide_the_others(tmp_path, monkeypatch):
     good, missing, raising = uniq("good_mod"), uniq("missing_mod"), uniq("raising_mod")
-    reg = Registry("store", builtin_modules=(good, missing, raising))
+    reg = Registry("store", packages=(good, missing, raising))
     monkeypatch.setitem(sys.modules, "_registry_holder2", types.SimpleNamespace(REG=reg))
     (tmp_path / f"{good}.py").write_text(
         "from _registry_holder2 import REG\nREG.register('ok')(int)\n"
@@ -142,6 +143,115 @@ def test_a_broken_builtin_module_does_not_hide_the_others(tmp_path, monkeypatch)
         err.value
     )
     assert set(reg.failures()) == {f"module {missing}", f"module {raising}"}
+
+
+def _write_package(root, pkg: str, files: dict[str, str]) -> None:
+    for rel, text in files.items():
+        path = root / pkg / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+
+
+def test_a_builtin_package_is_walked_public_modules_only(tmp_path, monkeypatch):
+    """Every public module under the package registers by its decorator alone, nested ones too."""
+    pkg = uniq("walked_pkg")
+    reg = Registry("store", packages=(pkg,), skip=(f"{pkg}.other_kind",))
+    monkeypatch.setitem(sys.modules, "_registry_holder8", types.SimpleNamespace(REG=reg))
+    deco = "from _registry_holder8 import REG\n@REG.register({name!r})\nclass C: ...\n"
+    _write_package(
+        tmp_path,
+        pkg,
+        {
+            "__init__.py": "",
+            "a_store.py": deco.format(name="a"),
+            "nested/__init__.py": "",  # like adapters/milvus/: a package of modules
+            "nested/store.py": deco.format(name="b"),
+            "_kernels.py": "raise RuntimeError('private modules are not imported')\n",
+            "_private/__init__.py": "",
+            "_private/hidden.py": deco.format(name="hidden"),
+            "other_kind/__init__.py": "raise RuntimeError('another kind: not walked')\n",
+        },
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    assert pkg not in sys.modules
+    assert reg.names() == ["a", "b"]
+    assert reg.failures() == {}
+    assert f"{pkg}._kernels" not in sys.modules and f"{pkg}._private" not in sys.modules
+    assert f"{pkg}.other_kind" not in sys.modules
+
+
+def test_a_name_registered_twice_by_builtins_is_an_error(tmp_path, monkeypatch):
+    pkg = uniq("twice_pkg")
+    reg = Registry("store", packages=(pkg,))
+    monkeypatch.setitem(sys.modules, "_registry_holder9", types.SimpleNamespace(REG=reg))
+    deco = "from _registry_holder9 import REG\n@REG.register('same')\nclass {cls}: ...\n"
+    _write_package(
+        tmp_path,
+        pkg,
+        {"__init__.py": "", "one.py": deco.format(cls="One"), "two.py": deco.format(cls="Two")},
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    assert reg.get("same").__name__ == "One"
+    [(what, why)] = reg.failures().items()
+    assert what == f"module {pkg}.two"
+    assert why.startswith("ValueError: store 'same' is already registered (to <class")
+
+
+def _registrations(registry_attrs: set[str]) -> list[tuple[str, str, str]]:
+    """``(registry attr, module, name)`` of every ``ATTR.register("name")`` in the package."""
+    import ast
+    from pathlib import Path
+
+    import imsearch_align
+
+    root = Path(imsearch_align.__file__).parent
+    found = []
+    for path in sorted(root.rglob("*.py")):
+        parts = path.relative_to(root.parent).with_suffix("").parts
+        module = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            f = node.func if isinstance(node, ast.Call) else None
+            if (
+                isinstance(f, ast.Attribute)
+                and f.attr == "register"
+                and isinstance(f.value, ast.Name)
+                and f.value.id in registry_attrs
+                and node.args
+                and isinstance(node.args[0], ast.Constant)
+            ):
+                found.append((f.value.id, module, node.args[0].value))
+    return found
+
+
+def test_every_builtin_registration_is_found_without_a_list():
+    """A built-in of any kind registers by its decorator alone, wherever in its package it lives.
+
+    Each ``@STORES.register("name")`` (and the other kinds') in the source is
+    in a public module under the registry's package, so the first use of the
+    registry imports it and the name is listed as built-in.
+    """
+    from imsearch_align.framework import registry as reg_mod
+
+    registries = {name: obj for name, obj in vars(reg_mod).items() if isinstance(obj, Registry)}
+    assert set(registries) == {
+        "METHODS",
+        "STORES",
+        "ENCODERS",
+        "DATASETS",
+        "TASKS",
+        "PERTURBATIONS",
+    }
+    found = _registrations(set(registries))
+    assert {attr for attr, _, _ in found} == set(registries)
+    for attr, module, name in found:
+        reg = registries[attr]
+        under = [p for p in reg.packages if module == p or module.startswith(p + ".")]
+        assert under, f"{module} registers {attr} {name!r} outside {reg.packages}"
+        private = [part for part in module[len(under[0]) :].split(".") if part.startswith("_")]
+        assert not private, f"{module} registers {attr} {name!r} in a private module"
+        skipped = [p for p in reg.skip if module == p or module.startswith(p + ".")]
+        assert not skipped, f"{module} registers {attr} {name!r} in {skipped[0]}, not walked"
+        assert name in reg.names() and reg.origin(name) == "built-in", (attr, name)
 
 
 # ----------------------------------------------------------------------------- entry points
@@ -285,7 +395,7 @@ def test_an_entry_point_naming_a_module_that_registers_itself(tmp_path, monkeypa
 
 def test_an_entry_point_cannot_shadow_a_builtin(tmp_path, monkeypatch):
     builtin, mod = uniq("builtin_mod"), uniq("shadow")
-    reg = Registry("store", builtin_modules=(builtin,), group=GROUP)
+    reg = Registry("store", packages=(builtin,), group=GROUP)
     monkeypatch.setitem(sys.modules, "_registry_holder4", types.SimpleNamespace(REG=reg))
     # the holder module is outside imsearch_align: make the built-in look like one
     (tmp_path / f"{builtin}.py").write_text(

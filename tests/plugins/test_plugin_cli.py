@@ -177,7 +177,8 @@ def test_env_var_plugin_module_is_listed_and_a_broken_one_reported(tmp_path: Pat
     names = [line.split()[0] for line in proc.stdout.splitlines()[1:] if line.strip()]
     assert "envtiny" in names and "exact" in names, proc.stdout
     code = (
-        "from imsearch_align.framework.registry import STORES, plugin_failures\n"
+        "from imsearch_align.framework.plugins import plugin_failures\n"
+        "from imsearch_align.framework.registry import STORES\n"
         "print(STORES.origin('envtiny')); print(plugin_failures())\n"
     )
     proc = _run([sys.executable, "-c", code], env, tmp_path)

@@ -9,8 +9,11 @@
 ``captioning``     nearest other-image caption, corpus BLEU-4 (sacrebleu)
 =================  ============================================================
 
-A task from another package registers under the entry-point group
-``imsearch_align.tasks`` (see ``docs/architecture.md``).
+Each task class registers itself with ``@TASKS.register("name")`` in its
+own module; the registry imports every public module of this package on
+first use, so a new built-in task needs no list here. A task from another
+package registers under the entry-point group ``imsearch_align.tasks`` (see
+``docs/architecture.md``).
 """
 
 from __future__ import annotations
@@ -41,6 +44,3 @@ __all__ = [
     "class_prompts",
     "class_vectors",
 ]
-
-for _cls in (Retrieval, Classification, Matching, MultiLabel, LinearProbe, Captioning):
-    TASKS.register(_cls.name)(_cls)
