@@ -28,10 +28,9 @@ from imsearch_align.adapters.encoders._common import ModelNotFoundError
 from imsearch_align.adapters.encoders.clip import CLIPEncoder
 from imsearch_align.adapters.encoders.efficientnet import EfficientNetLite0Encoder
 from imsearch_align.adapters.encoders.hf_image import HFImageEncoder
+from imsearch_align.adapters.encoders.precomputed import PrecomputedEmbeddings
 from imsearch_align.adapters.encoders.sentence_transformers import SentenceTransformerEncoder
 from imsearch_align.datasets.errors import BadImageError
-from imsearch_align.datasets.vectors import PrecomputedEmbeddings
-from imsearch_align.framework.registry import ENCODERS
 
 __all__ = [
     "BadImageError",
@@ -43,9 +42,3 @@ __all__ = [
     "SentenceTransformerEncoder",
     "TorchEncoder",
 ]
-
-ENCODERS.register("sentence-transformers")(SentenceTransformerEncoder)
-ENCODERS.register("hf-image")(HFImageEncoder)
-ENCODERS.register("clip")(CLIPEncoder)
-ENCODERS.register("efficientnet-lite0")(EfficientNetLite0Encoder)
-ENCODERS.register("precomputed")(PrecomputedEmbeddings)

