@@ -319,7 +319,7 @@ class ExactSearch(Protocol):
 
     An exact store can be searched deeper until a tie group crossing the
     cut-off closes; an approximate one cannot return a whole group, and
-    tie-aware results say so (see :mod:`imsearch_align.experiment.tie_aware`).
+    tie-aware results say so (see :mod:`imsearch_align.framework.ranking.tie_aware`).
     A store that does not declare it is treated as approximate.
     """
 

@@ -1,5 +1,5 @@
 """Tie groups formed from float64 scores of the vectors where a store's float32
-scores cannot decide them (:class:`imsearch_align.experiment.tie_aware.Rescorer`)."""
+scores cannot decide them (:class:`imsearch_align.framework.ranking.tie_aware.Rescorer`)."""
 
 from __future__ import annotations
 
@@ -7,9 +7,9 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
-from imsearch_align.experiment.tie_aware import Rescorer
 from imsearch_align.framework.fidelity import TrueScores
-from imsearch_align.framework.metrics import Run
+from imsearch_align.framework.metrics import Qrels, Run
+from imsearch_align.framework.ranking.tie_aware import Rescorer
 from imsearch_align.framework.ties import default_tolerance, tie_groups
 
 
@@ -152,8 +152,8 @@ def test_close_groups_widens_only_as_far_as_the_groups_need(probe_rows, block_ro
     row in the probe, with a probe of 5 rows and the rest searched after,
     and with the rest searched 3 rows a block, each block as wide as its own
     groups need)."""
-    from imsearch_align.experiment import tie_aware
-    from imsearch_align.experiment.tie_aware import EXTEND_FACTOR, close_groups
+    from imsearch_align.framework.ranking import tie_aware
+    from imsearch_align.framework.ranking.tie_aware import EXTEND_FACTOR, close_groups
     from imsearch_align.framework.ties import open_tie_groups, tie_aware_evaluate
 
     monkeypatch.setattr(tie_aware, "PROBE_ROWS", probe_rows)
@@ -193,7 +193,7 @@ def test_window_search_keeps_only_the_true_groups_at_k():
     the k-th's group (one document) and the closing column, and its top k is
     the float64 brute-force top k (the first k + 1 of the store's float32
     order are not: the true order differs within float32 rounding)."""
-    from imsearch_align.experiment.tie_aware import EXACT_TIE_TOL, close_groups, open_windows
+    from imsearch_align.framework.ranking.tie_aware import EXACT_TIE_TOL, close_groups, open_windows
 
     rng = np.random.default_rng(11)
     d, k, n = 16, 5, 400
@@ -223,7 +223,7 @@ def test_window_search_keeps_only_the_true_groups_at_k():
 def test_rows_holding_every_document_are_closed_not_open():
     """count = k + 1: the first search returns every document; a group running
     to the end is closed by the no-hit column, and no row is counted open."""
-    from imsearch_align.experiment.tie_aware import EXACT_TIE_TOL, close_groups, error_bound
+    from imsearch_align.framework.ranking.tie_aware import EXACT_TIE_TOL, close_groups, error_bound
 
     k, n, d = 3, 4, 8
     docs = np.tile(np.eye(d, dtype=np.float32)[:1], (n, 1))
@@ -243,7 +243,7 @@ def test_rows_holding_every_document_are_closed_not_open():
 def test_groups_deeper_search_cannot_close_are_all_scored_truncated():
     """Every document scores the same: no depth closes a group, so no row is
     extended and every open row is flagged truncated."""
-    from imsearch_align.experiment.tie_aware import close_groups
+    from imsearch_align.framework.ranking.tie_aware import close_groups
     from imsearch_align.framework.ties import tie_aware_evaluate
 
     d, k = 8, 3
@@ -258,3 +258,64 @@ def test_groups_deeper_search_cannot_close_are_all_scored_truncated():
     assert ext.k == run.k and searched == 30 and still_open == 30
     ta = tie_aware_evaluate(ext, _qrels(qids, qids + 100), ["HitRate@3"], tol=tol)
     assert ta.n_truncated["HitRate@3"] == 30
+
+
+class _FixedStore:
+    """Answers query row ``i`` (its vector is ``[i]``) with fixed ids and scores."""
+
+    def __init__(self, ids, scores):
+        self.ids, self.scores = np.asarray(ids, np.int64), np.asarray(scores, np.float32)
+
+    def search(self, collection, q, k):
+        from imsearch_align.framework.interfaces import SearchResult
+
+        rows = np.asarray(q)[:, 0].astype(int)
+        return SearchResult(self.ids[rows, :k].copy(), self.scores[rows, :k].copy())
+
+
+@pytest.mark.parametrize("repeat", [False, True])
+def test_score_ranking_scores_each_run_once_with_the_values_of_the_two_passes(repeat):
+    """The ranking call equals the store's run scored by the evaluator (tie rule,
+    failures) beside the tie-aware pass over it, whether the tie-aware pass's
+    tie-rule evaluation is reused (no document repeats) or the store's run is
+    scored apart (a relevant document again past the cut-off, inside a tie
+    group: only the tie-aware pass fails that query)."""
+    from imsearch_align.framework.evaluator import BenchmarkEvaluator
+    from imsearch_align.framework.ranking import RankingSettings, score_ranking
+    from imsearch_align.framework.ranking.tie_aware import tolerance_for
+    from imsearch_align.framework.ties import tie_aware_evaluate
+
+    last = 9 if repeat else 11
+    ids = [[5, 1, 2], [3, 4, 7], [8, 9, last], [1, 2, 3]]
+    scores = [[0.9, 0.5, 0.1], [0.9, 0.7, 0.7], [0.9, 0.6, 0.6], [0.8, 0.8, 0.8]]
+    store = _FixedStore(ids, scores)
+    q = np.arange(4, dtype=np.float32)[:, None]
+    qids = np.array([10, 11, 12, 13])
+    qrels = Qrels(np.array([10, 11, 12, 13, 13]), np.array([1, 7, 9, 2, 3]), np.ones(5))
+    measures = ("P@2", "HitRate@2", "nDCG@2", "RR@2")
+    doc_ids = np.arange(12)
+    got = score_ranking(
+        store, "c", "t2i", docs=np.zeros((12, 1), np.float32), doc_ids=doc_ids, queries=q,
+        query_ids=qids, qrels=qrels, settings=RankingSettings(k=2, measures=measures),
+        rescore=False,
+    )  # fmt: skip
+    res = BenchmarkEvaluator(store, "c", k=3, measures=measures, progress=False).evaluate(
+        q, qrels, query_ids=qids, collection_ids=doc_ids
+    )
+    ta = tie_aware_evaluate(
+        res.run,
+        qrels,
+        list(measures),
+        tol=tolerance_for(None, q, rescored=False),
+        failed_queries=list(res.errors),
+        lenient=True,
+    )
+    r = got.result
+    assert r.tie_rule == pytest.approx(res.mean(), abs=1e-15)
+    assert r.metrics == pytest.approx(ta.mean(), abs=1e-15)
+    assert r.n_failed == res.n_failed and r.errors == tuple(dict.fromkeys(res.errors.values()))
+    # query 12: the tie-rule value stands; the tie-aware pass fails it only on a repeat
+    assert res.evaluation.values["P@2"][2] == 0.5 and bool(ta.values["P@2"][2] == 0.0) is repeat
+    for m in measures:
+        np.testing.assert_array_equal(got.per_query[m].to_numpy(), ta.values[m])
+    np.testing.assert_array_equal(got.run.doc_ids, res.run.doc_ids)

@@ -588,7 +588,7 @@ def test_clear_checkpoints_and_remove_checkpoints(tmp_path):
 def test_a_checkpoint_that_cannot_be_written_does_not_fail_the_run(tmp_path, monkeypatch, caplog):
     import errno
 
-    import imsearch_align.framework.evaluator as evaluator_mod
+    import imsearch_align.framework.evaluator.checkpoint as evaluator_mod
 
     docs, ids, q, qrels = _data()
     real = evaluator_mod.atomic_write

@@ -24,6 +24,7 @@ import numpy as np
 import pandas as pd
 
 from imsearch_align.experiment.result import TaskResult
+from imsearch_align.experiment.search import index_and_evaluate
 from imsearch_align.experiment.tasks.base import (
     Task,
     require_encoder,
@@ -31,6 +32,7 @@ from imsearch_align.experiment.tasks.base import (
     require_split,
 )
 from imsearch_align.framework.interfaces import SearchResult
+from imsearch_align.framework.registry import TASKS
 from imsearch_align.framework.validation import is_sparse
 
 __all__ = ["Classification", "class_prompts", "class_vectors"]
@@ -121,6 +123,7 @@ def protocol(ctx: Any) -> str:
     )
 
 
+@TASKS.register("classification")
 class Classification(Task):
     """Zero-shot classification of the test images by class-prompt vectors."""
 
@@ -151,7 +154,8 @@ class Classification(Task):
         # acc5 is always reported when there are 5 classes, whatever k_values says.
         ks = sorted({x for x in cfg.k_values if x <= C} | ({5} if C >= 5 else set())) or [C]
         test_ids = ctx.ids("image")
-        ranking = ctx.search(
+        ranking = index_and_evaluate(
+            ctx,
             "classification",
             docs,
             doc_ids,

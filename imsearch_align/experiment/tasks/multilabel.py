@@ -20,6 +20,7 @@ import numpy as np
 import pandas as pd
 
 from imsearch_align.experiment.result import TaskResult
+from imsearch_align.experiment.search import index_and_evaluate
 from imsearch_align.experiment.tasks.base import (
     Task,
     TaskUnsupportedError,
@@ -28,8 +29,9 @@ from imsearch_align.experiment.tasks.base import (
     require_split,
 )
 from imsearch_align.experiment.tasks.classification import class_prompts, class_vectors
-from imsearch_align.experiment.tie_aware import tolerance_for
 from imsearch_align.framework.metrics import Qrels
+from imsearch_align.framework.ranking.tie_aware import tolerance_for
+from imsearch_align.framework.registry import TASKS
 
 __all__ = ["MultiLabel", "label_set_qrels", "true_scores"]
 
@@ -56,6 +58,7 @@ def label_set_qrels(image_ids: np.ndarray, label_sets: Any) -> Qrels:
     return Qrels.from_pairs(q, d)
 
 
+@TASKS.register("multilabel")
 class MultiLabel(Task):
     """Multi-label mAP of class-prompt vectors (CLIP_benchmark)."""
 
@@ -89,7 +92,8 @@ class MultiLabel(Task):
         measures = [
             m for k in ks for m in (f"P@{k}", f"R@{k}", f"nDCG@{k}", f"AP@{k}", f"HitRate@{k}")
         ]
-        ranking = ctx.search(
+        ranking = index_and_evaluate(
+            ctx,
             "multilabel",
             docs,
             np.arange(C),
@@ -103,7 +107,7 @@ class MultiLabel(Task):
         targets = np.zeros((len(test_ids), C), dtype=np.int8)
         for i, s in enumerate(sets):
             targets[i, list(s)] = 1
-        tol = tolerance_for(ctx.config, images, rescored=True)
+        tol = tolerance_for(ctx.config.tie_tolerance, images, rescored=True)
         res = multilabel_map(true_scores(images, docs), targets, tol=tol)
         details = {
             "n_classes": C,

@@ -12,12 +12,14 @@ from collections.abc import Sequence
 from typing import Any
 
 from imsearch_align.experiment.result import TaskResult
+from imsearch_align.experiment.search import index_and_evaluate
 from imsearch_align.experiment.tasks.base import (
     Task,
     TaskUnsupportedError,
     require_encoder,
     require_split,
 )
+from imsearch_align.framework.registry import TASKS
 
 __all__ = ["Retrieval"]
 
@@ -72,6 +74,7 @@ def perturbed_queries(ctx: Any, direction: str) -> dict[str, Any]:
     return out
 
 
+@TASKS.register("retrieval")
 class Retrieval(Task):
     """Text-to-image and image-to-text search (``directions``) of the test split."""
 
@@ -112,7 +115,8 @@ class Retrieval(Task):
             if i == len(cfg.directions) - 1:
                 ctx.transforms_done()  # the last search runs without the method's state
             rankings.update(
-                ctx.search(
+                index_and_evaluate(
+                    ctx,
                     direction,
                     docs,
                     ctx.ids(doc_mod),

@@ -1,4 +1,4 @@
-"""Tie-aware scoring of a ranking, as every experiment reports it.
+"""Near-tie rows rescored in float64, tie groups closed, the tie report of a ranking.
 
 Two stores that compute the same inner products round them differently in
 the last bits, so documents within a few ulps of each other rank in a
@@ -92,12 +92,12 @@ def error_bound(queries: Any) -> float:
     return default_tolerance(_dim(queries))
 
 
-def tolerance_for(config: Any, queries: Any, *, rescored: bool = True) -> float:
-    """The tie tolerance: ``config.tie_tolerance``, else :data:`EXACT_TIE_TOL`
+def tolerance_for(tie_tolerance: float | None, queries: Any, *, rescored: bool = True) -> float:
+    """The tie tolerance: ``tie_tolerance`` when given, else :data:`EXACT_TIE_TOL`
     where scores are recomputed from the vectors (``rescored``), else the
     :func:`error_bound` of the queries' dimension (see the module docstring)."""
-    if config.tie_tolerance is not None:
-        return float(config.tie_tolerance)
+    if tie_tolerance is not None:
+        return float(tie_tolerance)
     return EXACT_TIE_TOL if rescored else error_bound(queries)
 
 
