@@ -5,17 +5,27 @@ raw embeddings, as the local-CKA code does); the images and captions are
 shuffled by the assignment, and the Hungarian algorithm finds the
 one-to-one assignment that maximises the summed aligned score
 (``linear_sum_assignment(..., maximize=True)``, MMA's ``linear_matching``).
-**Matching accuracy** is the fraction of images assigned their own caption
-(the captions are given to the solver in a seeded random order, so equally
-good assignments are not resolved in favour of the true pairs);
+**Matching accuracy** is the fraction of images assigned their own caption,
+**expected over the optimal assignments** where scores tie (within the tie
+tolerance): each maximum-total assignment equally likely
+(:mod:`imsearch_align.diagnostics.assignment`), exact except for irregular
+tied components over its ``EXACT_LIMIT`` rows (then estimated, with an
+interval). Without ties it is the solver's assignment's value. The details
+report ``tied_rows``, ``tie_components``, ``accuracy_exact``,
+``accuracy_interval`` and ``accuracy_seeded`` (the one assignment the
+solver returned, captions in a seeded random order).
 ``top1_accuracy`` (each image's best caption, no one-to-one constraint,
 expected over the orders of tied captions) is reported beside it.
 
 Up to ``dense_limit`` images the full score matrix is built. Above it, each
 image's and each caption's top ``candidates`` from the store form a sparse
 bipartite graph, solved exactly by
-``scipy.sparse.csgraph.min_weight_full_bipartite_matching``; if that graph
-has no perfect matching the error says to raise ``candidates``.
+``scipy.sparse.csgraph.min_weight_full_bipartite_matching`` on float64
+scores recomputed from the vectors; if that graph has no perfect matching
+the error says to raise ``candidates``. A tie group cut by the candidate
+lists is closed by scoring the pairs left out that could tie (bounded by
+each list's last store score), up to ``dense_limit ** 2`` pairs; past that
+the rows left open are counted (``tie_rows_open``).
 """
 
 from __future__ import annotations
@@ -25,10 +35,17 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from imsearch_align.diagnostics.assignment import (
+    ExpectedAccuracy,
+    expected_accuracy,
+    expected_accuracy_sparse,
+)
 from imsearch_align.experiment.result import TaskResult
+from imsearch_align.experiment.search import index_and_evaluate
 from imsearch_align.experiment.tasks.base import Task, TaskUnsupportedError, require_split
-from imsearch_align.experiment.tie_aware import tolerance_for
 from imsearch_align.framework.metrics import Qrels
+from imsearch_align.framework.ranking.tie_aware import tolerance_for
+from imsearch_align.framework.registry import TASKS
 from imsearch_align.framework.validation import check_int, is_sparse
 
 __all__ = ["Matching", "hungarian_accuracy", "top1_accuracy"]
@@ -71,6 +88,7 @@ def top1_accuracy(scores: np.ndarray, tol: float = 0.0) -> float:
     return float(np.mean(np.where(own >= last, 1.0 / size, 0.0)))
 
 
+@TASKS.register("matching")
 class Matching(Task):
     """One-to-one image-caption assignment by the Hungarian algorithm (MMA benchmark).
 
@@ -84,7 +102,10 @@ class Matching(Task):
     """
 
     name = "matching"
-    measures = "matching accuracy (Hungarian one-to-one assignment), top1_accuracy"
+    measures = (
+        "matching accuracy (Hungarian one-to-one assignment, expected over tied optimal "
+        "assignments), top1_accuracy"
+    )
     source = "MMA benchmark linear_matching (Maniparambil et al., CVPR 2024)"
 
     def __init__(
@@ -143,21 +164,25 @@ class Matching(Task):
         A_txt = self._caption_vectors(ctx, img_ids, txt_ids)
         n = len(img_ids)
         rankings: dict[str, Any] = {}
+        tol = tolerance_for(ctx.config.tie_tolerance, A_img, rescored=True)
+        extra: dict[str, Any] = {}
         if n <= self.dense_limit:
             S = A_img @ A_txt.T
             S = np.asarray(S.toarray() if is_sparse(S) else S, dtype=np.float64)
-            acc, _ = hungarian_accuracy(S, seed=ctx.config.seed)
-            top1 = top1_accuracy(S, tolerance_for(ctx.config, A_img, rescored=True))
+            _, assigned = hungarian_accuracy(S, seed=ctx.config.seed)
+            res = expected_accuracy(S, tol, assigned=assigned, seed=ctx.config.seed)
+            top1 = top1_accuracy(S, tol)
             path = "dense score matrix"
         else:
-            acc, top1, rankings = self._sparse(ctx, A_img, A_txt, n)
+            res, top1, rankings, extra = self._sparse(ctx, A_img, A_txt, n, tol)
             path = f"store candidates (top {self.candidates} per image and per caption)"
-        details = {"n_items": n, "path": path, **self.params()}
-        return TaskResult(self.name, rankings, {"accuracy": acc, "top1_accuracy": top1}, details)
+        details = {"n_items": n, "path": path, **self.params(), **res.details(), **extra}
+        metrics = {"accuracy": res.accuracy, "top1_accuracy": top1}
+        return TaskResult(self.name, rankings, metrics, details)
 
     def _sparse(
-        self, ctx: Any, A_img: Any, A_txt: Any, n: int
-    ) -> tuple[float, float, dict[str, Any]]:
+        self, ctx: Any, A_img: Any, A_txt: Any, n: int, tol: float
+    ) -> tuple[ExpectedAccuracy, float, dict[str, Any], dict[str, Any]]:
         import scipy.sparse as sp
         from scipy.sparse.csgraph import min_weight_full_bipartite_matching
 
@@ -165,29 +190,18 @@ class Matching(Task):
         qrels = Qrels.from_pairs(idx, idx)
         k = min(self.candidates, n)
         runs: dict[str, Any] = {}
-        rankings = ctx.search(
-            "i2t", A_txt, idx, A_img, idx, qrels, k=k, measures=["HitRate@1"], runs=runs
+        rankings = index_and_evaluate(
+            ctx, "i2t", A_txt, idx, A_img, idx, qrels, k=k, measures=["HitRate@1"], runs=runs
         )
         rankings.update(
-            ctx.search("t2i", A_img, idx, A_txt, idx, qrels, k=k, measures=["HitRate@1"], runs=runs)
+            index_and_evaluate(
+                ctx, "t2i", A_img, idx, A_txt, idx, qrels, k=k, measures=["HitRate@1"], runs=runs
+            )
         )
-        rows, cols, vals = [], [], []
-        for label, transpose in (("i2t", False), ("t2i", True)):
-            run = runs[label]
-            q = np.repeat(np.asarray(run.query_ids, dtype=np.int64), run.k)
-            d, s = run.doc_ids.ravel(), run.scores.ravel()
-            ok = d >= 0
-            r, c = (d[ok], q[ok]) if transpose else (q[ok], d[ok])
-            rows.append(r)
-            cols.append(c)
-            vals.append(s[ok].astype(np.float64))
-        r, c, v = (np.concatenate(x) for x in (rows, cols, vals))
         # each image's best caption: its tie-aware HitRate@1 (own caption relevant)
         top1 = float(rankings["i2t"].metrics["HitRate@1"])
-        # An edge found from both sides appears twice with the same score: keep one
-        # (a sparse matrix would sum them).
-        _, first = np.unique(r * n + c, return_index=True)
-        r, c, v = r[first], c[first], v[first]
+        cand = _Candidates(A_img, A_txt, runs["i2t"], runs["t2i"], n)
+        r, c, v = cand.edges()
         # Maximise the summed score == minimise sum(C - score) over a full matching (C > max),
         # captions in a seeded random order (see hungarian_accuracy: ties must not
         # fall to the true pairs by input order).
@@ -198,13 +212,97 @@ class Matching(Task):
         G = sp.csr_matrix((weights, (r, where[c])), shape=(n, n))
         try:
             _, matched = min_weight_full_bipartite_matching(G)
-            matched = np.where(matched >= 0, perm[np.maximum(matched, 0)], -1)
         except ValueError:
             raise ValueError(
                 f"task 'matching': the top-{self.candidates} candidate graph of {n} images has no "
                 "one-to-one assignment; raise task_params candidates or dense_limit"
             ) from None
-        return float(np.mean(matched == idx)), top1, rankings
+        assigned = perm[matched]
+        budget = max(self.dense_limit, 2) ** 2
+        res = expected_accuracy_sparse(
+            n,
+            r,
+            c,
+            v,
+            assigned,
+            tol,
+            outside=lambda a, b: cand.outside(a, b, tol, budget),
+            seed=ctx.config.seed,
+        )
+        return res, top1, rankings, {"tie_rows_open": cand.open_rows}
+
+
+class _Candidates:
+    """The sparse path's candidate graph: every image's and every caption's
+    returned candidates, scored in float64 from the vectors (as the rankings
+    rescore near ties), and the edges outside it that a tie could reach."""
+
+    def __init__(self, A_img: Any, A_txt: Any, i2t: Any, t2i: Any, n: int) -> None:
+        from imsearch_align.framework.fidelity import TrueScores
+        from imsearch_align.framework.ranking.tie_aware import error_bound
+
+        self.n = n
+        self._truth = TrueScores(A_txt, np.arange(n), A_img)  # (image row, caption id)
+        self._error = error_bound(A_img)
+        self.open_rows = 0
+        rows, cols, last = [], [], []
+        for run, transpose in ((i2t, False), (t2i, True)):
+            q = np.repeat(np.asarray(run.query_ids, dtype=np.int64), run.k)
+            d = run.doc_ids.ravel()
+            ok = d >= 0
+            rows.append(d[ok] if transpose else q[ok])
+            cols.append(q[ok] if transpose else d[ok])
+            # the lowest returned store score bounds every unreturned one
+            # (within the store's rounding); a full list leaves nothing out
+            low = np.full(n, -np.inf)
+            s = np.where(run.doc_ids >= 0, run.scores, np.inf).min(axis=1)
+            full = (run.doc_ids >= 0).sum(axis=1) >= n
+            low[np.asarray(run.query_ids, dtype=np.int64)] = np.where(full, -np.inf, s)
+            last.append(low)
+        key = np.unique(np.concatenate(rows) * n + np.concatenate(cols))  # each edge once
+        self._keys = key
+        self._last = last
+
+    def _scores(self, r: np.ndarray, c: np.ndarray) -> np.ndarray:
+        """Float64 scores of the pairs ``(image r, caption c)``."""
+        out = np.empty(len(r))
+        for a in range(0, len(r), 1 << 18):
+            sl = slice(a, a + (1 << 18))
+            out[sl] = self._truth(r[sl], c[sl, None])[:, 0]
+        return out
+
+    def edges(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The candidate graph's edges ``(image, caption, float64 score)``."""
+        r, c = self._keys // self.n, self._keys % self.n
+        return r, c, self._scores(r, c)
+
+    def outside(
+        self, a: np.ndarray, b: np.ndarray, tol: float, budget: int
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Edges outside the graph whose score may reach ``a[i] + b[j]`` (less
+        the tolerance), scored; none, and ``open_rows`` set, when more than
+        ``budget`` pairs outside the graph would have to be scored."""
+        lr, lc = self._last
+        slack = self._error + 2 * max(tol, 1e-15)
+        with np.errstate(invalid="ignore"):  # -inf: a full list, nothing left out
+            x = np.where(np.isfinite(lr), lr + slack * np.maximum(np.abs(lr), 1.0), -np.inf) - a
+            y = np.where(np.isfinite(lc), lc + slack * np.maximum(np.abs(lc), 1.0), -np.inf) - b
+        # an outside pair (i, j) may be tight iff b[j] <= x[i] and a[i] <= y[j]
+        order = np.argsort(b, kind="stable")
+        cnt = np.searchsorted(b[order], x, side="right")
+        cnt[~np.isfinite(x)] = 0
+        kr, kc = self._keys // self.n, self._keys % self.n
+        inner = int(np.sum(b[kc] <= x[kr]))  # candidates among those pairs
+        empty = np.zeros(0, np.int64)
+        if int(cnt.sum()) - inner > budget:
+            self.open_rows = int((cnt > 0).sum())
+            return empty, empty, np.zeros(0)
+        r = np.repeat(np.arange(self.n), cnt)
+        starts = np.repeat(np.cumsum(cnt) - cnt, cnt)
+        c = order[np.arange(len(r)) - starts]
+        keep = (a[r] <= y[c]) & ~np.isin(r * self.n + c, self._keys)
+        r, c = r[keep], c[keep]
+        return r, c, self._scores(r, c)
 
 
 def _rows(m: Any, pos: np.ndarray) -> Any:
