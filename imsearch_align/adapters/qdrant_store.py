@@ -7,6 +7,8 @@ One adapter, three ways to reach Qdrant (``pip install qdrant-client``):
 * ``QdrantStore(path="qdrant_data")``: local mode persisted to a folder
   (SQLite). Each point is committed on its own, so inserting is slow
   (about 20 ms a point on a busy disk): fine for tests and small sets.
+  ``path=":memory:"`` is the in-memory mode, as qdrant-client reads it; a
+  path that is a file is refused (a ``ConfigError``, exit 2 on the command line).
 * ``QdrantStore(url="http://localhost:6333", api_key=...)``: a Qdrant server
   (``docker run -p 6333:6333 qdrant/qdrant``) or Qdrant Cloud. The api key is
   kept private: it is never logged, printed, or recorded in a result.
@@ -71,6 +73,20 @@ def _import_qdrant() -> Any:
     )
 
 
+def _make_folder(path: Path) -> None:
+    """The local database's folder, made if missing; a file in its way is a usage error."""
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except (FileExistsError, NotADirectoryError):
+        # Imported on use: the experiment package imports the stores.
+        from imsearch_align.experiment.config_values import ConfigError
+
+        where = "an existing file" if path.exists() else "under a file"
+        raise ConfigError(
+            f"path must be a folder (of a local Qdrant database), got {str(path)!r}, {where}"
+        ) from None
+
+
 @STORES.register("qdrant")
 class QdrantStore(BaseStore):
     """Vector store on Qdrant (local mode or a server), metric inner product.
@@ -78,7 +94,7 @@ class QdrantStore(BaseStore):
     Args:
         location: ``":memory:"`` for in-memory local mode (the default when
             neither ``path`` nor ``url`` is given).
-        path: folder of a persisted local-mode database.
+        path: folder of a persisted local-mode database (``":memory:"``: in memory).
         url: a Qdrant server, e.g. ``"http://localhost:6333"``.
         api_key: the server's api key (never logged or recorded).
         prefer_grpc: talk gRPC (port 6334) to the server instead of REST.
@@ -135,7 +151,7 @@ class QdrantStore(BaseStore):
             raise ValueError("api_key is only used with url= (a Qdrant server)")
         if not isinstance(exact, bool):
             raise TypeError(f"exact must be a bool, got {type(exact).__name__} {exact!r}")
-        self.mode = "server" if url else "local" if path else "memory"
+        self.mode = "server" if url else "local" if path and str(path) != ":memory:" else "memory"
         if self.mode != "server" and (not exact or hnsw_ef is not None):
             # local mode has no HNSW: it scores every vector whatever is asked
             raise ValueError(
@@ -143,7 +159,7 @@ class QdrantStore(BaseStore):
                 f"in-memory modes always search exactly (got exact={exact!r}, hnsw_ef={hnsw_ef!r})"
             )
         self.url = url
-        self.path = Path(path) if path else None
+        self.path = Path(path) if self.mode == "local" else None
         #: Whether search scores every vector (ExactSearch): local mode always does.
         self.exact = exact or self.mode != "server"
         self.hnsw_ef = None if hnsw_ef is None else check_int(hnsw_ef, "hnsw_ef", low=1)
@@ -160,7 +176,7 @@ class QdrantStore(BaseStore):
                 check_compatibility=False,  # the version is read below, once
             )
         elif self.mode == "local":
-            self.path.mkdir(parents=True, exist_ok=True)
+            _make_folder(self.path)
             self._client = qdrant_client.QdrantClient(path=str(self.path))
         else:
             self._client = qdrant_client.QdrantClient(location=":memory:")

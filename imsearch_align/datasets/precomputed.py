@@ -14,6 +14,11 @@ Formats (by file suffix):
 Pairing of text rows to images: ``text_image`` (one image row index per
 text row), or a text array of ``n_images * k`` rows (``k`` captions per
 image, image-major), or a 3-D ``(n_images, k, d)`` text array.
+
+A file that cannot be what its parameter needs (no rows, ragged rows, ids
+that do not match the rows) raises :class:`~imsearch_align.experiment.ConfigError`
+(a ValueError) naming the file, what was expected and what came: the command
+line answers it with exit 2 before any encoding.
 """
 
 from __future__ import annotations
@@ -35,6 +40,65 @@ _PICKLE_WHY = (
     "it is a pickle, and unpickling runs arbitrary code stored in the file; pass allow_pickle=True "
     "only if you trust its source (or convert it once to .npy/.safetensors/.parquet)"
 )
+
+
+def _bad_input(message: str) -> ValueError:
+    """A bad input file as the package's usage error (exit 2 on the command line)."""
+    # Imported on use: the experiment package imports the datasets.
+    from imsearch_align.experiment.config_values import ConfigError
+
+    return ConfigError(message)
+
+
+def _plural(n: int, word: str) -> str:
+    return f"{n} {word}{'' if n == 1 else 's'}"
+
+
+def _stack_rows(column: Any, p: Path, name: str) -> np.ndarray:
+    """A list column as an ``(n, d)`` float32 array; rows of different lengths
+    (or missing) are refused naming the file, the column, the first row whose
+    length differs from the most common one, and every length seen."""
+    values = column.to_numpy()
+    if len(values) == 0:
+        return np.empty((0, 0), dtype=np.float32)
+    try:
+        return np.stack(values).astype(np.float32)
+    except (ValueError, TypeError):
+        lengths = [None if v is None else len(v) if hasattr(v, "__len__") else -1 for v in values]
+        counts: dict[int | None, int] = {}
+        for n in lengths:
+            counts[n] = counts.get(n, 0) + 1
+        if -1 in counts or (len(counts) == 1 and None not in counts):
+            raise  # not rows of differing lengths: the values themselves are not numbers
+    common = max(counts, key=lambda n: (n is not None, counts[n]))
+    row = next((i for i, n in enumerate(lengths) if n != common), 0)
+    got = "no value" if lengths[row] is None else _plural(lengths[row], "value")
+    most = "" if common is None else f" where most rows have {common}"
+    seen = ", ".join(
+        f"{'null' if n is None else n} ({_plural(c, 'row')})"
+        for n, c in sorted(counts.items(), key=lambda kv: -kv[1])
+    )
+    raise _bad_input(
+        f"{str(p)!r}: column {name!r} must hold rows of one length; row {row} has {got}{most} "
+        f"(lengths seen: {seen})"
+    )
+
+
+def _checked_ids(ids: Any, arr: Any, p: Path) -> np.ndarray | None:
+    """The ids stored beside the embeddings, one per embedding row (a 3-D
+    array: one per row or one per image block); another length is refused."""
+    if ids is None:
+        return None
+    ids, shape = np.asarray(ids), np.shape(arr)
+    if len(shape) < 2:
+        return ids
+    per_row = int(np.prod(shape[:-1]))
+    if ids.size in (per_row, shape[0]):
+        return ids
+    want = f"{per_row} (one per embedding row)"
+    if len(shape) == 3:
+        want = f"{shape[0]} (one per image block) or {want}"
+    raise _bad_input(f"{str(p)!r}: 'ids' has {ids.size} entries, expected {want}")
 
 
 def _from_pickled(obj: Any, path: Path) -> tuple[np.ndarray | None, np.ndarray]:
@@ -90,7 +154,8 @@ def read_embeddings(
     if suf == ".npy":
         arr = _read_npy(p, allow_pickle)
         if arr.dtype.hasobject:  # a pickle in a .npy, allowed: read as a .pkl is
-            return _from_pickled(arr.item() if arr.ndim == 0 else arr, p)
+            ids, arr = _from_pickled(arr.item() if arr.ndim == 0 else arr, p)
+            return _checked_ids(ids, arr, p), arr
         return None, arr
     if suf == ".parquet":
         import pandas as pd
@@ -98,7 +163,7 @@ def read_embeddings(
         df = pd.read_parquet(p)
         ids = df["id"].to_numpy() if "id" in df.columns else None
         if "embedding" in df.columns:
-            return ids, np.stack(df["embedding"].to_numpy()).astype(np.float32)
+            return ids, _stack_rows(df["embedding"], p, "embedding")
         num = df.drop(columns=[c for c in ("id",) if c in df.columns]).select_dtypes("number")
         if num.shape[1] == 0:
             raise ValueError(
@@ -115,7 +180,7 @@ def read_embeddings(
             raise ValueError(
                 f"{str(p)!r}: expected a tensor named 'embeddings' (or exactly one tensor), got {sorted(t)}"
             )
-        return ids, t[key]
+        return _checked_ids(ids, t[key], p), t[key]
     if suf in (".pkl", ".pickle"):
         if not allow_pickle:
             raise ValueError(f"refusing to load {str(p)!r}: {_PICKLE_WHY}")
@@ -123,7 +188,8 @@ def read_embeddings(
 
         with p.open("rb") as fh:
             obj = pickle.load(fh)
-        return _from_pickled(obj, p)
+        ids, arr = _from_pickled(obj, p)
+        return _checked_ids(ids, arr, p), arr
     raise ValueError(
         f"unsupported embeddings file {p.name!r}: expected .npy, .parquet, .safetensors or .pkl"
     )
@@ -194,6 +260,15 @@ def _check_stored_ids(
         )
 
 
+def _check_has_rows(arr: np.ndarray, param: str, p: Path) -> None:
+    """Refuse an embeddings array without a row (a 3-D one: without a caption row)."""
+    if arr.ndim in (2, 3) and int(np.prod(arr.shape[:-1])) == 0:
+        raise _bad_input(
+            f"{param} {str(p)!r} holds no embedding rows: expected at least one row, "
+            f"got shape {arr.shape}"
+        )
+
+
 @DATASETS.register("precomputed")
 def load_precomputed(
     image_path: str | os.PathLike,
@@ -234,6 +309,8 @@ def load_precomputed(
     labels = _int_array(labels, "labels", allow_pickle)
     if X.ndim != 2:
         raise ValueError(f"image embeddings in {ip.name!r} must be 2-D (n, d), got shape {X.shape}")
+    _check_has_rows(X, "image_path", ip)
+    _check_has_rows(Y, "text_path", tp)
     if Y.ndim == 3:
         if Y.shape[0] != X.shape[0]:
             raise ValueError(

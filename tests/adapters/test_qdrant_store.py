@@ -9,6 +9,7 @@ server path differs from local mode only in the client it builds and the
 
 from __future__ import annotations
 
+import re
 import socket
 import threading
 from pathlib import Path
@@ -247,3 +248,63 @@ def test_approximate_settings_without_a_server_are_refused():
         QdrantStore(exact=False)
     with pytest.raises(ValueError, match="always search exactly"):
         QdrantStore(hnsw_ef=64)
+
+
+def test_path_memory_is_the_in_memory_mode_not_a_folder(tmp_path: Path, monkeypatch):
+    """qdrant-client reads ``path=":memory:"`` as its in-memory mode: so does the adapter."""
+    monkeypatch.chdir(tmp_path)
+    x, _ = clustered_vectors(10, 4, seed=1)
+    with QdrantStore(path=":memory:") as s:
+        assert s.mode == "memory" and s.path is None
+        assert repr(s) == "QdrantStore(location=:memory:, exact=True)"
+        assert s.provenance()["mode"] == "memory"
+        s.create_collection("c", 4)
+        s.insert("c", x, np.arange(10))
+        assert s.count("c") == 10
+    assert not any(tmp_path.iterdir())  # no folder named ':memory:'
+    with pytest.raises(ValueError, match=r"need a Qdrant server"):
+        QdrantStore(path=":memory:", exact=False)
+    with pytest.raises(
+        ValueError, match="give one of location, path or url, got location and path"
+    ):
+        QdrantStore(location=":memory:", path=":memory:")
+
+
+def test_path_that_is_a_file_is_refused_naming_the_parameter(tmp_path: Path):
+    f = tmp_path / "notes.txt"
+    f.write_text("mine")
+    want = (
+        rf"path must be a folder \(of a local Qdrant database\), got {re.escape(repr(str(f)))}, "
+        r"an existing file"
+    )
+    with pytest.raises(ValueError, match=want):
+        QdrantStore(path=f)
+    with pytest.raises(ValueError, match=r"path must be a folder .*notes\.txt/db', under a file"):
+        QdrantStore(path=f / "db")
+    assert f.read_text() == "mine"
+
+
+@pytest.mark.parametrize("path", [":memory:", "a-file"])
+def test_cli_store_param_path(path: str, tmp_path: Path, capsys, monkeypatch):
+    """``--store qdrant --store-param path=...``: ':memory:' runs in memory; a file exits 2
+    with one line before any encoding, and writes no result."""
+    from imsearch_align.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "a-file").write_text("mine")
+    args = ["eval", "--dataset", "synthetic", "--dataset-param", "n_images=60",
+            "--image-encoder", "none", "--text-encoder", "none", "--method", "csa",
+            "--n-support", "20", "--no-progress", "--store", "qdrant",
+            "--store-param", f"path={path}", "--output-dir", "out"]  # fmt: skip
+    code = main(args)
+    err = capsys.readouterr().err
+    if path == ":memory:":
+        assert code == 0, err
+        assert sorted(p.name for p in tmp_path.iterdir()) == ["a-file", "out"]
+        return
+    assert code == 2
+    lines = err.strip().splitlines()
+    assert lines == [
+        "error: path must be a folder (of a local Qdrant database), got 'a-file', an existing file"
+    ], err
+    assert not (tmp_path / "out").exists() or not any((tmp_path / "out").rglob("*.json"))

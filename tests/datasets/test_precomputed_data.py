@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pickle
+import re
 from pathlib import Path
 
 import numpy as np
@@ -213,3 +214,101 @@ def test_ids_stored_in_the_files_must_agree_with_the_row_pairing(tmp_path: Path)
         tmp_path / "t.parquet"
     )
     load_precomputed(tmp_path / "i.parquet", tmp_path / "t.parquet")
+
+
+# ----------------------------------------------------------------------------- bad files: exit 2
+
+_RUN = ["--image-encoder", "none", "--text-encoder", "none", "--method", "csa", "--store", "exact",
+        "--n-support", "3", "--no-progress"]  # fmt: skip
+
+
+def _eval_exits_2(tmp_path: Path, capsys: pytest.CaptureFixture, ip: Path, tp: Path) -> str:
+    """``imsearch-align eval`` on the files: exit 2 with one line ``error: ...``, no file written."""
+    from imsearch_align.cli import main
+
+    out = tmp_path / "out"
+    args = ["eval", "--dataset", "precomputed", "--dataset-param", f"image_path={ip}",
+            "--dataset-param", f"text_path={tp}", *_RUN, "--output-dir", str(out)]  # fmt: skip
+    assert main(args) == 2
+    captured = capsys.readouterr()
+    lines = captured.err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), captured.err
+    assert "Traceback" not in captured.err and "--traceback" not in captured.err
+    assert not out.exists() or not any(out.rglob("*"))
+    return lines[0]
+
+
+@pytest.mark.parametrize("side", ["image", "text"])
+def test_an_empty_npy_names_the_file_the_rows_expected_and_the_shape(
+    tmp_path: Path, capsys: pytest.CaptureFixture, side: str
+) -> None:
+    np.save(tmp_path / "img.npy", X)
+    np.save(tmp_path / "txt.npy", Y)
+    np.save(tmp_path / "empty.npy", np.zeros((0, 4), np.float32))
+    ip = tmp_path / ("empty.npy" if side == "image" else "img.npy")
+    tp = tmp_path / ("empty.npy" if side == "text" else "txt.npy")
+    want = (
+        rf"{side}_path {re.escape(repr(str(tmp_path / 'empty.npy')))} holds no embedding rows: "
+        r"expected at least one row, got shape \(0, 4\)"
+    )
+    with pytest.raises(ValueError, match=want):
+        load_precomputed(ip, tp)
+    line = _eval_exits_2(tmp_path, capsys, ip, tp)
+    assert re.search(want, line), line
+    # a 3-D text array with no caption per image, and an empty parquet file, alike
+    np.save(tmp_path / "t3.npy", np.zeros((6, 0, 3), np.float32))
+    with pytest.raises(ValueError, match=r"text_path .* got shape \(6, 0, 3\)"):
+        load_precomputed(tmp_path / "img.npy", tmp_path / "t3.npy")
+    pd.DataFrame({"embedding": []}).to_parquet(tmp_path / "e.parquet")
+    with pytest.raises(ValueError, match=r"image_path .*e\.parquet' holds no embedding rows"):
+        load_precomputed(tmp_path / "e.parquet", tmp_path / "txt.npy")
+
+
+def test_ragged_parquet_rows_name_the_file_column_first_bad_row_and_lengths(
+    tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    rows = list(X)
+    rows[3] = rows[3][:2]
+    rows[5] = rows[5][:3]
+    pd.DataFrame({"id": np.arange(6), "embedding": rows}).to_parquet(tmp_path / "r.parquet")
+    np.save(tmp_path / "txt.npy", Y)
+    want = (
+        rf"{re.escape(repr(str(tmp_path / 'r.parquet')))}: column 'embedding' must hold rows of one length; "
+        r"row 3 has 2 values where most rows have 4 \(lengths seen: 4 \(4 rows\), 2 \(1 row\), "
+        r"3 \(1 row\)\)"
+    )
+    with pytest.raises(ValueError, match=want):
+        read_embeddings(tmp_path / "r.parquet")
+    line = _eval_exits_2(tmp_path, capsys, tmp_path / "r.parquet", tmp_path / "txt.npy")
+    assert re.search(want, line), line
+    # a missing (null) row is named as such
+    rows = [*list(X[:2]), None, *list(X[3:])]
+    pd.DataFrame({"embedding": rows}).to_parquet(tmp_path / "n.parquet")
+    with pytest.raises(
+        ValueError, match=r"row 2 has no value where most rows have 4 .*null \(1 row\)"
+    ):
+        read_embeddings(tmp_path / "n.parquet")
+
+
+def test_safetensors_ids_of_the_wrong_length_are_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    save_file({"embeddings": X, "ids": np.arange(4)}, str(tmp_path / "i.safetensors"))
+    np.save(tmp_path / "txt.npy", Y)
+    want = (
+        rf"{re.escape(repr(str(tmp_path / 'i.safetensors')))}: 'ids' has 4 entries, expected 6 "
+        r"\(one per embedding row\)"
+    )
+    with pytest.raises(ValueError, match=want):
+        read_embeddings(tmp_path / "i.safetensors")
+    line = _eval_exits_2(tmp_path, capsys, tmp_path / "i.safetensors", tmp_path / "txt.npy")
+    assert re.search(want, line), line
+    # a 3-D text tensor: one id per caption row or one per image block
+    Y3 = Y.reshape(6, 2, 3)
+    for n in (6, 12):
+        save_file({"embeddings": Y3, "ids": np.arange(n)}, str(tmp_path / "t.safetensors"))
+        assert len(read_embeddings(tmp_path / "t.safetensors")[0]) == n
+    save_file({"embeddings": Y3, "ids": np.arange(7)}, str(tmp_path / "t.safetensors"))
+    with pytest.raises(ValueError, match=r"'ids' has 7 entries, expected 6 \(one per image "
+                       r"block\) or 12 \(one per embedding row\)"):  # fmt: skip
+        read_embeddings(tmp_path / "t.safetensors")
