@@ -72,10 +72,11 @@ TASK_MEASURES: tuple[TaskMeasure, ...] = (
     TaskMeasure(
         "matching_accuracy",
         "matching",
-        "matching task (scipy linear_sum_assignment)",
+        "matching task (scipy linear_sum_assignment; expectation over tied optima)",
         "MMA benchmark",
-        "share of test images assigned to their own caption by a one-to-one Hungarian "
-        "assignment on the aligned scores",
+        "share of test images assigned their own caption, expected over the tied optimal "
+        "one-to-one assignments (each max-score Hungarian assignment equally likely, scores "
+        "within the tie tolerance equal)",
     ),
     TaskMeasure(
         "mAP",
