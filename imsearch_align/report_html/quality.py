@@ -1,0 +1,279 @@
+"""Quality against speed and against collection size: the points, the Pareto frontier, the charts.
+
+A point is one searched index setting: its quality (the task's
+``HitRate@10``, else its deepest ``HitRate@k``), queries/s and collection
+size, from an experiment result (the searched ranking's documents are the
+collection) or a ``collection_scale`` study cell. Per collection size one
+chart of quality against queries/s marks the Pareto frontier and, where
+exact search was measured, its quality as the ceiling; one chart follows
+each setting's best quality as the collection grows.
+"""
+
+from __future__ import annotations
+
+import inspect
+import warnings
+from collections import defaultdict
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from imsearch_align.experiment.result import ExperimentResult
+from imsearch_align.plots._results import metric_label, params_text, qps, usable_results, value
+from imsearch_align.plots.throughput import _curves, _kind
+from imsearch_align.report_html.commands import commands_for
+from imsearch_align.report_html.contract import EXACT_INDEX_TYPES, StudyCell
+from imsearch_align.report_html.svg import Chart, Figure, Series
+
+__all__ = [
+    "QualityPoint",
+    "pareto_frontier",
+    "points_from_cells",
+    "points_from_results",
+    "qps_figures",
+    "quality_metric",
+    "size_figures",
+]
+
+
+@dataclass(frozen=True)
+class QualityPoint:
+    """One index setting's quality and speed on a collection of ``size`` items.
+
+    ``source`` is the result's recorded config (a mapping) or the cell's
+    command line ("" when the cell recorded none).
+    """
+
+    size: int | None
+    series: str
+    method: str
+    qps: float
+    quality: float
+    metric: str
+    exact: bool
+    params: str
+    ann_recall: float | None
+    source: Mapping[str, Any] | str
+
+
+def pareto_frontier(points: Sequence[tuple[float, float]]) -> list[int]:
+    """Indices (ascending) of the points no other point dominates, both axes maximised:
+    a point is dominated when another is at least as good on both and better on one."""
+    order = sorted(range(len(points)), key=lambda i: (-points[i][0], -points[i][1]))
+    keep: list[int] = []
+    best = float("-inf")
+    for i in order:
+        x, y = points[i]
+        if y > best or (keep and points[keep[-1]] == (x, y)):
+            keep.append(i)
+            best = max(best, y)
+    return sorted(keep)
+
+
+def quality_metric(keys: Iterable[str], direction: str) -> str | None:
+    """The quality a chart shows: ``HitRate@10`` of ``direction``, else its deepest
+    ``HitRate@k``, else its first measure that is not ANN recall."""
+    own = [k for k in keys if k.startswith(f"{direction}/") or "/" not in k]
+    hits = [k for k in own if k.rsplit("/", 1)[-1].startswith("HitRate@")]
+    for k in hits:
+        if k.endswith("HitRate@10"):
+            return k
+    if hits:
+        return max(hits, key=lambda k: int(k.rsplit("@", 1)[1]))
+    rest = [k for k in own if "ann_recall@" not in k]
+    return rest[0] if rest else None
+
+
+def _ann(metrics: Mapping[str, float], direction: str) -> float | None:
+    keys = [
+        k for k in metrics if "ann_recall@" in k and (k.startswith(f"{direction}/") or "/" not in k)
+    ]
+    return metrics[keys[0]] if keys else None
+
+
+def _index_type(store: str, params: Mapping[str, Any]) -> str:
+    """The store's ``index`` parameter, or its default (every store here defaults to flat)."""
+    if params.get("index"):
+        return str(params["index"])
+    from imsearch_align.framework.registry import STORES
+
+    try:
+        p = inspect.signature(STORES.get(store)).parameters.get("index")
+    except Exception:  # a store that cannot be imported here: its index is unknown
+        return ""
+    return "" if p is None or p.default is inspect.Parameter.empty else str(p.default)
+
+
+def _curve_part(key: tuple[str, ...], i: int) -> str:
+    """Part ``i`` of a curve key for a label (``N=1000`` for the support size)."""
+    if i == 3:
+        return "N=all" if key[3] == "None" else f"N={float(key[3]):g}"
+    return key[i]
+
+
+def points_from_results(results: Sequence[ExperimentResult]) -> list[QualityPoint]:
+    """A point per ok result with a timed ranking (``t2i`` first) and a quality measure."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the leaderboard shows every status
+        rs = usable_results(results)
+    picked = []
+    for r in rs:
+        d = next((d for d in ("t2i", "i2t", *r.rankings) if qps(r, d)), None)
+        metric = quality_metric(r.metrics, d) if d else None
+        if metric is not None and value(r, metric) is not None:
+            picked.append((r, d, metric))
+    curves = _curves([r for r, _, _ in picked]) if picked else {}
+    key_of = {id(r): k for k, rl in curves.items() for r in rl}
+    varying = [
+        i for i in range(2, max(map(len, curves), default=0)) if len({k[i] for k in curves}) > 1
+    ]
+    out = []
+    for r, d, metric in picked:
+        key, sp = key_of[id(r)], dict(r.config.store_params or {})
+        index = _index_type(r.config.store, sp)
+        parts = [_kind((key[0], index)), r.config.method]
+        parts += [_curve_part(key, i) for i in varying if i != 2]
+        out.append(
+            QualityPoint(
+                size=r.rankings[d].n_docs or None,
+                series=" · ".join(p for p in parts if p),
+                method=r.config.method,
+                qps=float(qps(r, d)),
+                quality=float(value(r, metric)),
+                metric=metric,
+                exact=r.config.store == "exact" or index.lower() in EXACT_INDEX_TYPES,
+                params=params_text({k: v for k, v in sp.items() if k != "index"}),
+                ann_recall=_ann(r.metrics, d),
+                source=r.config.to_dict(),
+            )
+        )
+    return out
+
+
+def points_from_cells(cells: Sequence[StudyCell]) -> list[QualityPoint]:
+    """A point per ok ``collection_scale`` cell with queries/s and a quality measure."""
+    out = []
+    for c in cells:
+        metric = quality_metric(c.metrics, c.direction)
+        if c.kind != "collection_scale" or not c.status.ok or metric is None or not c.queries_per_s:
+            continue
+        out.append(
+            QualityPoint(
+                size=c.collection_size,
+                series=" · ".join(x for x in (c.setting, c.method, c.dataset) if x),
+                method=c.method,
+                qps=c.queries_per_s,
+                quality=c.metrics[metric],
+                metric=metric if "/" in metric else f"{c.direction}/{metric}",
+                exact=c.exact,
+                params=params_text(c.search_params),
+                ann_recall=_ann(c.metrics, c.direction),
+                source=c.command,
+            )
+        )
+    return out
+
+
+def point_commands(points: Sequence[QualityPoint]) -> tuple[list[str], list[str]]:
+    """The commands that made the points, and a note for cells that recorded none."""
+    configs = [p.source for p in points if isinstance(p.source, Mapping)]
+    lines = commands_for(configs) if configs else []
+    lines += list(dict.fromkeys(p.source for p in points if isinstance(p.source, str) and p.source))
+    missing = sum(1 for p in points if p.source == "")
+    notes = [f"{missing} study cell(s) recorded no command"] if missing else []
+    return lines, notes
+
+
+def _y_label(points: Sequence[QualityPoint]) -> str:
+    metrics = sorted({p.metric for p in points})
+    return metric_label(metrics[0]) if len(metrics) == 1 else "quality (" + ", ".join(metrics) + ")"
+
+
+def _tip(p: QualityPoint) -> str:
+    ann = "" if p.ann_recall is None else f", ANN recall {p.ann_recall:.4f}"
+    what = f"{p.series} ({p.params})" if p.params else p.series
+    return f"{what}: {p.metric} {p.quality:.4f}, {p.qps:,.0f} queries/s{ann}"
+
+
+def _size_text(size: int | None) -> str:
+    return "a collection of unknown size" if size is None else f"a collection of {size:,} items"
+
+
+def qps_figures(points: Sequence[QualityPoint]) -> list[Figure]:
+    """Per collection size: quality against queries/s, the frontier and the exact ceiling."""
+    by_size: dict[int | None, list[QualityPoint]] = defaultdict(list)
+    for p in points:
+        by_size[p.size].append(p)
+    figures = []
+    for size in sorted(by_size, key=lambda s: (s is None, s or 0)):
+        pts = by_size[size]
+        series = []
+        for name in sorted({p.series for p in pts}):
+            mine = sorted((p for p in pts if p.series == name), key=lambda p: p.qps)
+            series.append(
+                Series(
+                    name,
+                    [p.qps for p in mine],
+                    [p.quality for p in mine],
+                    [_tip(p) for p in mine],
+                    [p.params for p in mine],
+                )
+            )
+        front = [pts[i] for i in pareto_frontier([(p.qps, p.quality) for p in pts])]
+        ceilings = [
+            (
+                max(p.quality for p in pts if p.exact and p.method == m),
+                f"exact search · {m} (ceiling)",
+            )
+            for m in sorted({p.method for p in pts if p.exact})
+        ]
+        title = f"Quality vs queries/s on {_size_text(size)}"
+        chart = Chart(
+            title,
+            "queries per second",
+            _y_label(pts),
+            series,
+            log_x=True,
+            y_from_zero=False,
+            ceilings=ceilings,
+            frontier=[(p.qps, p.quality) for p in front],
+        )
+        lines, notes = point_commands(pts)
+        on = ", ".join(f"{p.series} ({p.params})" if p.params else p.series for p in front)
+        figures.append(
+            Figure(chart, f"{len(pts)} settings; on the Pareto frontier: {on}.", lines, notes)
+        )
+    return figures
+
+
+def size_figures(points: Sequence[QualityPoint]) -> list[Figure]:
+    """Each setting's best quality against the collection size, when some setting has two sizes."""
+    best: dict[str, dict[int, QualityPoint]] = defaultdict(dict)
+    for p in points:
+        if p.size is not None:
+            cur = best[p.series].get(p.size)
+            if cur is None or p.quality > cur.quality:
+                best[p.series][p.size] = p
+    best = {name: by for name, by in best.items() if len(by) > 1}
+    if not best:
+        return []
+    series = [
+        Series(
+            name, sorted(by), [by[s].quality for s in sorted(by)], [_tip(by[s]) for s in sorted(by)]
+        )
+        for name, by in sorted(best.items())
+    ]
+    sizes = sorted({s for by in best.values() for s in by})
+    chart = Chart(
+        "Quality vs collection size (best setting per size)",
+        "items in the collection",
+        _y_label(points),
+        series,
+        log_x=sizes[-1] >= 10 * sizes[0],
+        x_ticks=sizes,
+        y_from_zero=False,
+    )
+    used = [p for by in best.values() for p in by.values()]
+    lines, notes = point_commands(used)
+    caption = "How each setting's quality changes as the collection grows (distractors added)."
+    return [Figure(chart, caption, lines, notes)]
