@@ -32,26 +32,47 @@ Errors (all name the argument, what was expected and what came):
 * ``k <= 0``, a wrong dimension, NaN/inf, duplicate ids raise ``ValueError``;
 * a store that cannot reach its backend after its own bounded retries
   raises :class:`~imsearch_align.framework.interfaces.StoreUnavailableError`.
+
+Every name above is imported from here. Rooms: :mod:`~imsearch_align.adapters.collection`
+(the name rule, :class:`CollectionInfo`, the collection errors),
+:mod:`~imsearch_align.adapters.checks` (input checks),
+:mod:`~imsearch_align.adapters.rows` (answer rows and the tie rule); this
+module holds :class:`BaseStore` and :func:`package_versions` (provenance).
 """
 
 from __future__ import annotations
 
-import re
-import uuid
 from abc import ABC, abstractmethod
-from collections.abc import Callable
-from dataclasses import dataclass, field
 from importlib import metadata
 from typing import Any
 
 import numpy as np
 
+from imsearch_align.adapters.checks import check_k, check_new_ids, check_vectors, refuse_stored
+from imsearch_align.adapters.collection import (
+    METRICS,
+    NAME_MAX_LEN,
+    CollectionExistsError,
+    CollectionInfo,
+    CollectionNotFoundError,
+    CollectionOwnedError,
+    check_collection_name,
+    is_collection_name,
+    unique_collection_name,
+)
+from imsearch_align.adapters.rows import (
+    TIE_MARGIN,
+    empty_result,
+    finalize_rows,
+    search_closing_ties,
+)
 from imsearch_align.framework.interfaces import SearchResult, StoreUnavailableError
-from imsearch_align.framework.validation import check_ids, check_int, check_matrix, is_sparse
+from imsearch_align.framework.validation import check_ids, check_int
 
 __all__ = [
     "METRICS",
     "NAME_MAX_LEN",
+    "TIE_MARGIN",
     "BaseStore",
     "CollectionExistsError",
     "CollectionInfo",
@@ -69,71 +90,6 @@ __all__ = [
     "unique_collection_name",
 ]
 
-#: Metrics every store supports. Every aligned space is searched by inner product.
-METRICS = ("ip",)
-
-#: Longest collection name (Milvus's limit, so a name valid here is valid there).
-NAME_MAX_LEN = 255
-
-# Milvus's collection-name rule: letters, digits, underscores, no leading digit.
-_NAME_RE = re.compile(rf"^[A-Za-z_][A-Za-z0-9_]{{0,{NAME_MAX_LEN - 1}}}$")
-
-
-class CollectionNotFoundError(LookupError):
-    """A verb named a collection the store does not have."""
-
-
-class CollectionExistsError(ValueError):
-    """``create_collection`` named a collection that already exists."""
-
-
-class CollectionOwnedError(RuntimeError):
-    """A verb would change (drop, insert into) a collection another run owns."""
-
-
-def _is_name(name: Any) -> bool:
-    return isinstance(name, str) and _NAME_RE.match(name) is not None
-
-
-def check_collection_name(name: Any) -> str:
-    """Validate a collection name: Milvus's rule, one rule for every store.
-
-    Letters, digits and underscores, not starting with a digit, 1 to
-    :data:`NAME_MAX_LEN` characters.
-    """
-    if not _is_name(name):
-        shown = name if not isinstance(name, str) or len(name) <= 60 else name[:57] + "..."
-        raise ValueError(
-            "name must be letters, digits and underscores, not starting with a digit, "
-            f"1-{NAME_MAX_LEN} characters (Milvus's rule), got {shown!r}"
-        )
-    return name
-
-
-def unique_collection_name(base: str, suffix: str | None = None) -> str:
-    """A valid collection name ``<base>_<suffix>`` that is unique per run.
-
-    ``base`` is any label (a config key, ``"flickr30k/t2i"``): characters
-    outside the name rule become ``_``, a leading digit gets a ``c_`` prefix,
-    and it is cut so the whole name fits :data:`NAME_MAX_LEN`. ``suffix``
-    (letters, digits, underscores) defaults to 12 random hex digits; pass a
-    run id to find the same name again when the run resumes.
-
-    >>> unique_collection_name("flickr30k/t2i-csa", "r1")
-    'flickr30k_t2i_csa_r1'
-    """
-    if not isinstance(base, str):
-        raise TypeError(f"base must be a str, got {type(base).__name__}")
-    if suffix is None:
-        suffix = uuid.uuid4().hex[:12]
-    if not isinstance(suffix, str) or not re.fullmatch(r"[A-Za-z0-9_]{1,64}", suffix):
-        raise ValueError(f"suffix must be 1-64 letters, digits or underscores, got {suffix!r}")
-    stem = re.sub(r"[^A-Za-z0-9_]", "_", base) or "c"
-    if stem[0].isdigit():
-        stem = "c_" + stem
-    stem = stem[: NAME_MAX_LEN - len(suffix) - 1]
-    return check_collection_name(f"{stem}_{suffix}")
-
 
 def package_versions(dists: tuple[str, ...] | list[str]) -> dict[str, str]:
     """Installed version of each distribution in ``dists`` (absent ones are left out)."""
@@ -144,177 +100,6 @@ def package_versions(dists: tuple[str, ...] | list[str]) -> dict[str, str]:
         except metadata.PackageNotFoundError:
             continue
     return out
-
-
-@dataclass
-class CollectionInfo:
-    """What a store knows about one collection.
-
-    Attributes:
-        name: collection name.
-        dim: vector dimension (columns); ``None`` until known (set by the
-            first insert when ``create_collection`` got no ``dim``; always
-            ``None`` for a reopened sparse Milvus collection).
-        sparse: whether the collection holds scipy CSR vectors.
-        metric: always ``"ip"``.
-        ids: every stored id, int64, in insertion order (row ``i`` of the
-            store's data has id ``ids[i]``); empty and unused when the store
-            sets ``keeps_ids = False`` (the server holds the ids).
-        state: free slot for the subclass (an index, a data matrix, ...).
-    """
-
-    name: str
-    dim: int | None
-    sparse: bool
-    metric: str = "ip"
-    ids: np.ndarray = field(default_factory=lambda: np.empty(0, dtype=np.int64))
-    state: Any = None
-
-    @property
-    def count(self) -> int:
-        """Number of ids kept in memory (the stored vectors when the store keeps ids)."""
-        return len(self.ids)
-
-
-def check_k(k: Any, high: int | None = None) -> int:
-    """Validate ``k`` as an integer >= 1 (and <= ``high``, a store's top-k limit)."""
-    return check_int(k, "k", low=1, high=high)
-
-
-def check_vectors(x: Any, name: str, info: CollectionInfo) -> Any:
-    """Validate vectors (or queries) against a collection.
-
-    Dense input must meet a dense collection and sparse input a sparse one;
-    the matrix must be 2-D, finite, and have the collection's dimension
-    (when it is known). Returns a C-contiguous float32 array or a float32
-    CSR matrix.
-    """
-    sparse_in = is_sparse(x)
-    if info.sparse and not sparse_in:
-        raise TypeError(
-            f"{name} must be a scipy sparse matrix for the sparse collection {info.name!r}, "
-            f"got dense {type(x).__name__}"
-        )
-    if not info.sparse and sparse_in:
-        raise TypeError(
-            f"{name} must be a dense array for the dense collection {info.name!r}, "
-            f"got scipy sparse {type(x).__name__}"
-        )
-    m = check_matrix(x, name, allow_sparse=info.sparse)
-    if info.dim is not None and m.shape[1] != info.dim:
-        raise ValueError(
-            f"{name} must have dimension {info.dim} (collection {info.name!r}), got {m.shape[1]}"
-        )
-    if info.sparse and not m.has_canonical_format:
-        # Duplicate (row, column) entries mean their sum (scipy's reading, and
-        # the truth check's); a store that maps a row to {column: value}
-        # (Milvus) would keep only one of them. Sorted, summed: one per column.
-        m = m.copy()
-        m.sum_duplicates()
-    return m
-
-
-def _raise_clash(clash: np.ndarray, collection: str) -> None:
-    if clash.size:
-        raise ValueError(
-            f"ids must be new to collection {collection!r}, got {clash.size} id(s) "
-            f"already stored: {np.sort(clash)[:5].tolist()}"
-        )
-
-
-def check_new_ids(ids: Any, n: int, existing: np.ndarray, collection: str) -> np.ndarray:
-    """Validate ``n`` unique non-negative int64 ids not already in ``existing``."""
-    arr = check_ids(ids, "ids", n=n)
-    if existing.size and arr.size:
-        _raise_clash(arr[np.isin(arr, existing)], collection)
-    return arr
-
-
-def empty_result(nq: int, k: int) -> SearchResult:
-    """``nq`` rows of ``k`` no-hits (id ``-1``, score ``-inf``)."""
-    return SearchResult(
-        ids=np.full((nq, k), -1, dtype=np.int64),
-        scores=np.full((nq, k), -np.inf, dtype=np.float32),
-    )
-
-
-def finalize_rows(ids: np.ndarray, scores: np.ndarray, k: int) -> SearchResult:
-    """Apply the tie rule to each row and pad it to ``k`` columns.
-
-    Each row is reordered by (score descending, id ascending) with one
-    vectorised ``np.lexsort`` (libraries such as faiss order equal scores
-    arbitrarily); entries with id ``-1`` get score ``-inf`` and go last.
-    Rows wider than ``k`` are cut to ``k``; narrower ones are padded.
-    """
-    ids = np.asarray(ids, dtype=np.int64)
-    scores = np.asarray(scores, dtype=np.float32).copy()
-    scores[ids < 0] = -np.inf
-    if ids.shape[1]:
-        # lexsort: last key is primary; mergesort keeps equal scores in id order.
-        order = np.lexsort((ids, -scores), axis=1)
-        ids = np.take_along_axis(ids, order, axis=1)
-        scores = np.take_along_axis(scores, order, axis=1)
-    ids, scores = ids[:, :k], scores[:, :k]
-    if ids.shape[1] < k:
-        pad = k - ids.shape[1]
-        ids = np.pad(ids, ((0, 0), (0, pad)), constant_values=-1)
-        scores = np.pad(scores, ((0, 0), (0, pad)), constant_values=-np.inf)
-    return SearchResult(ids=ids, scores=scores)
-
-
-#: Hits an exact store asks for beyond ``k`` (:func:`search_closing_ties`), so
-#: that the group of documents tied at the k-th score is usually seen whole.
-TIE_MARGIN = 8
-
-
-def search_closing_ties(
-    search: Callable[[np.ndarray, int], tuple[np.ndarray, np.ndarray]],
-    nq: int,
-    n: int,
-    k: int,
-    *,
-    max_limit: int | None = None,
-) -> tuple[np.ndarray, np.ndarray]:
-    """Hits of an exact search whose backend orders equal scores arbitrarily.
-
-    The tie rule chooses, among documents tied at the k-th score, those
-    with the lowest ids; a backend that returns ``k`` hits has already
-    chosen among them by its own order. So this asks ``search`` for
-    ``k + TIE_MARGIN`` hits, and asks again with twice the limit for each
-    row whose last returned score still equals its k-th score, until the
-    group ends inside what came back, or every document has come back.
-    :func:`finalize_rows` then orders the rows and keeps ``k``.
-
-    Args:
-        search: ``search(rows, limit)`` returns ``(ids, scores)`` of shape
-            ``(len(rows), limit)`` (padded with ``-1`` / ``-inf``) for the
-            query rows ``rows`` (int64 positions).
-        nq: query rows.
-        n: documents in the collection.
-        k: hits wanted per row.
-        max_limit: the backend's largest limit (a row still tied there
-            keeps the backend's choice among the tied documents).
-
-    Returns:
-        ``(ids, scores)``, as wide as the widest limit asked.
-    """
-    cap = n if max_limit is None else min(n, max_limit)
-    want = min(k, n)
-    limit = max(1, min(cap, k + TIE_MARGIN))
-    ids, scores = search(np.arange(nq, dtype=np.int64), limit)
-    if limit <= want:
-        return ids, scores
-    todo = np.flatnonzero((scores[:, limit - 1] == scores[:, want - 1]) & (ids[:, limit - 1] >= 0))
-    while todo.size and limit < cap:
-        limit = min(cap, 2 * limit)
-        more_ids, more_scores = search(todo, limit)
-        width = ids.shape[1]
-        ids = np.pad(ids, ((0, 0), (0, limit - width)), constant_values=-1)
-        scores = np.pad(scores, ((0, 0), (0, limit - width)), constant_values=-np.inf)
-        ids[todo], scores[todo] = more_ids, more_scores
-        last = more_scores[:, limit - 1]
-        todo = todo[(last == more_scores[:, want - 1]) & (more_ids[:, limit - 1] >= 0)]
-    return ids, scores
 
 
 class BaseStore(ABC):
@@ -370,7 +155,7 @@ class BaseStore(ABC):
 
     def _get(self, name: str) -> CollectionInfo:
         self._check_open()
-        info = self._lookup(name) if _is_name(name) else None
+        info = self._lookup(name) if is_collection_name(name) else None
         if info is None:
             existing = ", ".join(repr(n) for n in self._catalog()) or "(none)"
             raise CollectionNotFoundError(
@@ -430,7 +215,7 @@ class BaseStore(ABC):
     def _check_new(self, info: CollectionInfo, ids: np.ndarray) -> None:
         """Refuse ids already stored in the collection."""
         if ids.size:
-            _raise_clash(self._stored_among(info, ids), info.name)
+            refuse_stored(self._stored_among(info, ids), info.name)
 
     def _prepare_search(
         self, name: str, queries: Any, k: Any
@@ -491,7 +276,7 @@ class BaseStore(ABC):
         self._check_open()
         # No collection can have a name outside the rule (and a server may
         # refuse to be asked about one).
-        return _is_name(name) and self._exists(name)
+        return is_collection_name(name) and self._exists(name)
 
     def count(self, name: str) -> int:
         """Number of vectors stored in the collection."""

@@ -49,6 +49,7 @@ def _dot64(x, y):
 
 
 @njit(nogil=True, cache=True)
+# shape: long numba kernel — per-row steps share 6 scratch buffers and the row's state; a split into inline helpers gave the same output but perf.py's cold ASIF transform ran ~2x slower
 def select_rows(C, Q, A, r0, r1, k, margin, exponent, weights, out_idx, out_val, out_n, stats):
     """Rows ``r0..r1`` of the cosine block ``C`` (rows of ``Q`` against anchors ``A``).
 

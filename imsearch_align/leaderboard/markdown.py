@@ -1,21 +1,9 @@
-"""Merge result files into one table (CSV) and a Markdown leaderboard.
+"""Rendering the results table as a Markdown leaderboard: rows ranked, cells formatted.
 
-What ``clip_benchmark build`` does for CLIP_benchmark, for our results: one
-row per result file (:meth:`ExperimentResult.flatten`): the config in
-columns (``method``, ``method_params.sim_dim``...), the status, every metric
-under its flat name (``t2i/HitRate@1``, ``t2i/R@1`` is IR recall), the
-CLIP_benchmark aliases (``image_retrieval_recall@5``), per-ranking speed
-(``t2i.queries_per_s``), timings (``fit_s``), intervals (``t2i/HitRate@1.ci_low``)
-and provenance (``env.numpy``). Files that cannot be read (not JSON, not a
-result, an unknown schema version) are skipped with a
-:class:`LeaderboardWarning` that names them and says why.
-
-The Markdown table leads with HitRate@k, labelled as in the console (see
-:mod:`imsearch_align.experiment.report`); a degraded or failed row is marked
-in a ``status`` column and is never bolded as best.
-
-    df = load_results(["results/"])
-    print(to_markdown(df))
+:func:`to_markdown` ranks the rows (``ok`` rows first, by the sort metric),
+picks the columns (identity, hidden settings folded into ``params``, the
+headline metrics, speed), bolds the best value of each metric among ``ok``
+rows and adds the HitRate@k legend.
 """
 
 from __future__ import annotations
@@ -24,10 +12,7 @@ import dataclasses
 import difflib
 import math
 import numbers
-import os
-import warnings
-from collections.abc import Iterable, Sequence
-from pathlib import Path
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -40,140 +25,12 @@ from imsearch_align.experiment.report import (
     headline_columns,
     label,
 )
-from imsearch_align.experiment.result import ExperimentResult, ResultSchemaError
+from imsearch_align.leaderboard.frame import DEFAULT_METRICS, default_sort_metric, metric_columns
 
-__all__ = [
-    "LeaderboardWarning",
-    "default_sort_metric",
-    "find_result_files",
-    "load_result_objects",
-    "load_results",
-    "metric_columns",
-    "results_frame",
-    "to_markdown",
-]
+__all__ = ["DEFAULT_SPEED", "to_markdown"]
 
-#: Task metrics shown by default (those present), after the headline retrieval
-#: columns (every HitRate@k of the results, nDCG at the largest k: see
-#: :func:`imsearch_align.experiment.report.headline_columns`).
-DEFAULT_METRICS = (
-    "classification/acc1",
-    "classification/acc5",
-    "classification/mean_per_class_recall",
-    "matching/accuracy",
-    "multilabel/mAP",
-    "linear_probe/raw_acc1",
-    "linear_probe/aligned_acc1",
-    "captioning/bleu4",
-)
 #: Speed columns shown by default (those present).
 DEFAULT_SPEED = ("t2i.queries_per_s", "i2t.queries_per_s", "classification.queries_per_s", "fit_s")
-#: Bound columns beside a metric: bootstrap interval, tie-order bounds, tie-rule value.
-_CI_SUFFIXES = (".ci_low", ".ci_high", ".tie_low", ".tie_high", ".tie_rule")
-_TAIL = ("status_reasons", "error", "key", "created", "path", "per_query_file")
-
-
-class LeaderboardWarning(UserWarning):
-    """A result file was skipped (unreadable, not JSON, not a result, unknown schema)."""
-
-
-# ----------------------------------------------------------------------------- reading
-
-
-def find_result_files(paths: Iterable[str | os.PathLike]) -> list[Path]:
-    """Result JSON files among ``paths``: files as given, directories searched
-    recursively for ``*.json`` (hidden folders such as ``.checkpoints`` are
-    skipped). Sorted within each directory; a missing path raises."""
-    out: list[Path] = []
-    seen: set[Path] = set()
-    for p in paths:
-        path = Path(p)
-        if path.is_dir():
-            found = sorted(
-                f
-                for f in path.rglob("*.json")
-                if f.is_file()
-                and not any(part.startswith(".") for part in f.relative_to(path).parts)
-            )
-        elif path.is_file():
-            found = [path]
-        else:
-            raise FileNotFoundError(f"result path {str(path)!r} is neither a file nor a directory")
-        for f in found:
-            key = f.resolve()
-            if key not in seen:
-                seen.add(key)
-                out.append(f)
-    return out
-
-
-def load_result_objects(paths: Iterable[str | os.PathLike]) -> list[ExperimentResult]:
-    """Every readable result under ``paths``; others skipped with a :class:`LeaderboardWarning`."""
-    results = []
-    for f in find_result_files(paths):
-        try:
-            results.append(ExperimentResult.load(f))
-        except (OSError, UnicodeDecodeError) as exc:
-            warnings.warn(
-                f"skipping {str(f)!r}: cannot read it ({exc})", LeaderboardWarning, stacklevel=2
-            )
-        except ResultSchemaError as exc:
-            warnings.warn(f"skipping {str(f)!r}: {exc}", LeaderboardWarning, stacklevel=2)
-        except (TypeError, ValueError, KeyError) as exc:
-            warnings.warn(
-                f"skipping {str(f)!r}: not a readable imsearch-align result ({type(exc).__name__}: {exc})",
-                LeaderboardWarning,
-                stacklevel=2,
-            )
-    return results
-
-
-def results_frame(results: Sequence[ExperimentResult]) -> pd.DataFrame:
-    """One row per result (:meth:`ExperimentResult.flatten`), columns grouped:
-    identity and config, metrics, intervals, timings, the rest."""
-    df = pd.DataFrame([r.flatten() for r in results])
-    if df.empty:
-        return df
-    metrics = metric_columns(df)
-    cis = [c for c in df.columns if c.endswith(_CI_SUFFIXES)]
-    timings = [c for c in df.columns if c.endswith(("_s", "_ms")) and c not in metrics]
-    tail = [c for c in df.columns if c.startswith("env.") or c in _TAIL]
-    head = [c for c in df.columns if c not in {*metrics, *cis, *timings, *tail}]
-    return df[head + metrics + cis + timings + tail]
-
-
-def load_results(paths: Iterable[str | os.PathLike]) -> pd.DataFrame:
-    """:func:`results_frame` of every readable result under ``paths``."""
-    return results_frame(load_result_objects(paths))
-
-
-def metric_columns(df: pd.DataFrame) -> list[str]:
-    """Metric columns: ``ranking/measure`` names (intervals excluded), then
-    CLIP_benchmark aliases."""
-    canon = [
-        c
-        for c in df.columns
-        if "/" in str(c) and " " not in str(c) and not str(c).endswith(_CI_SUFFIXES)
-    ]
-    alias = [
-        c
-        for c in df.columns
-        if str(c).startswith(("image_retrieval_recall@", "text_retrieval_recall@"))
-    ]
-    return canon + alias
-
-
-def default_sort_metric(df: pd.DataFrame) -> str | None:
-    """The first headline column present (``t2i/HitRate@1`` for retrieval), else
-    the first default task metric present, else the first metric."""
-    metrics = metric_columns(df)
-    for m in [*headline_columns(metrics), *DEFAULT_METRICS]:
-        if m in metrics and df[m].notna().any():
-            return m
-    return metrics[0] if metrics else None
-
-
-# ----------------------------------------------------------------------------- rendering
 
 
 def _is_number(v: Any) -> bool:
@@ -329,6 +186,26 @@ def to_markdown(
     """
     if df.empty:
         return "_no results_\n"
+    df, ok, sort_by = _ranked_rows(df, sort_by, sort)
+    df, columns = _shown_columns(df, sort_by, columns)
+    if max_rows is not None:
+        df, ok = df.head(max_rows), ok.head(max_rows)
+    best = _best_values(df, ok, columns) if bold_best and int(ok.sum()) > 1 else {}
+    lines = _table_lines(df, ok, columns, best, sort and sort_by is not None, digits)
+    out = "\n".join(lines) + "\n"
+    if legend and any("HitRate@" in c or "/R@" in c for c in columns):
+        out += f"\n{HEADLINE_LEGEND}\n"
+    return out
+
+
+def _ranked_rows(
+    df: pd.DataFrame, sort_by: str | None, sort: bool
+) -> tuple[pd.DataFrame, pd.Series, str | None]:
+    """The rows in table order, which of them are ``ok``, and the sort metric.
+
+    ``ok`` rows first, then by ``sort_by`` descending (missing values last);
+    ``sort=False`` keeps ``df``'s order.
+    """
     df = df.reset_index(drop=True)
     if sort_by is not None:
         _check_column(df, sort_by, "sort_by")
@@ -343,6 +220,17 @@ def to_markdown(
             df.loc[order.index].reset_index(drop=True),
             ok.loc[order.index].reset_index(drop=True),
         )
+    return df, ok, sort_by
+
+
+def _shown_columns(
+    df: pd.DataFrame, sort_by: str | None, columns: Sequence[str] | None
+) -> tuple[pd.DataFrame, list[str]]:
+    """The frame with its derived columns (``params``, the tie range) and the columns shown.
+
+    Given ``columns`` are checked; by default the tie range (and the count
+    of tie-dependent queries) follows the sort metric.
+    """
     params = _params_column(df)
     if params is not None:
         df = df.assign(params=params)
@@ -359,18 +247,30 @@ def to_markdown(
     else:
         for c in columns:
             _check_column(df, c, "columns entry")
-    columns = list(columns)
-    if max_rows is not None:
-        df, ok = df.head(max_rows), ok.head(max_rows)
+    return df, list(columns)
+
+
+def _best_values(df: pd.DataFrame, ok: pd.Series, columns: Sequence[str]) -> dict[str, float]:
+    """The best (largest) value of each shown metric column among the ``ok`` rows."""
     metric_set = set(metric_columns(df))
     best: dict[str, float] = {}
-    if bold_best and int(ok.sum()) > 1:
-        for c in columns:
-            if c in metric_set:
-                vals = pd.to_numeric(df.loc[ok, c], errors="coerce")
-                if vals.notna().any():
-                    best[c] = float(vals.max())
-    ranked = sort and sort_by is not None
+    for c in columns:
+        if c in metric_set:
+            vals = pd.to_numeric(df.loc[ok, c], errors="coerce")
+            if vals.notna().any():
+                best[c] = float(vals.max())
+    return best
+
+
+def _table_lines(
+    df: pd.DataFrame,
+    ok: pd.Series,
+    columns: Sequence[str],
+    best: dict[str, float],
+    ranked: bool,
+    digits: int,
+) -> list[str]:
+    """The Markdown table: header, alignment row, one line per row (rank first if ranked)."""
     headers = (["#"] if ranked else []) + [_header(c) for c in columns]
     numeric = [
         pd.api.types.is_numeric_dtype(df[c]) and not pd.api.types.is_bool_dtype(df[c])
@@ -390,7 +290,4 @@ def to_markdown(
                 text = f"**{text}**"
             cells.append(text)
         lines.append("| " + " | ".join(cells) + " |")
-    out = "\n".join(lines) + "\n"
-    if legend and any("HitRate@" in c or "/R@" in c for c in columns):
-        out += f"\n{HEADLINE_LEGEND}\n"
-    return out
+    return lines
