@@ -33,7 +33,7 @@ Errors (all name the argument, what was expected and what came):
 * a store that cannot reach its backend after its own bounded retries
   raises :class:`~imsearch_align.framework.interfaces.StoreUnavailableError`.
 
-Every name above is imported from here. Rooms: :mod:`~imsearch_align.adapters.collection`
+Every name above is imported from here. Rooms: :mod:`~imsearch_align.adapters.naming`
 (the name rule, :class:`CollectionInfo`, the collection errors),
 :mod:`~imsearch_align.adapters.checks` (input checks),
 :mod:`~imsearch_align.adapters.rows` (answer rows and the tie rule); this
@@ -49,7 +49,7 @@ from typing import Any
 import numpy as np
 
 from imsearch_align.adapters.checks import check_k, check_new_ids, check_vectors, refuse_stored
-from imsearch_align.adapters.collection import (
+from imsearch_align.adapters.naming import (
     METRICS,
     NAME_MAX_LEN,
     CollectionExistsError,

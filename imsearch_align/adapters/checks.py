@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 
-from imsearch_align.adapters.collection import CollectionInfo
+from imsearch_align.adapters.naming import CollectionInfo
 from imsearch_align.framework.validation import check_ids, check_int, check_matrix, is_sparse
 
 __all__ = ["check_k", "check_new_ids", "check_vectors", "refuse_stored"]
