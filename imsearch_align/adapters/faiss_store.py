@@ -1,4 +1,18 @@
-"""FaissStore: in-process FAISS indexes (flat, HNSW, IVF) behind the store verbs.
+"""FaissStore: in-process FAISS indexes (flat, HNSW, IVF-Flat/SQ8/PQ) behind the store verbs.
+
+Index types and parameters are the specs of :mod:`~imsearch_align.adapters.faiss_index`,
+checked in the constructor. Each dense collection's index is built once
+(``build_count``): ``flat`` and ``hnsw`` at the first insert; an IVF index
+at the first insert that brings the collection to ``nlist`` rows (``ivf_pq``:
+also ``2**nbits``), training on every row so far (a seeded sample of 256 per
+centroid when more), so insert the bulk first, or a first block of at least
+39 rows per centroid (FAISS's guidance; fewer is logged); later inserts are
+added to the trained index. A search of a collection still too small to
+train is refused, naming both numbers. Search-time
+parameters (``efSearch``, ``nprobe``) go to faiss with each search call, so
+a sweep over them (:meth:`FaissStore.set_search_params`, the
+:class:`~imsearch_align.framework.interfaces.TunableSearch` capability)
+never rebuilds.
 
 Ids: faiss stores rows at positions ``0..n-1``; the store keeps the caller's
 int64 ids in a translation array (``CollectionInfo.ids``) and maps results
@@ -11,16 +25,14 @@ scores arbitrarily. A flat index is exact, so it also chooses the docs tied
 at the k-th score by ascending id, as ExactStore does: it asks faiss for a
 few more than ``k`` and again, wider, for rows still tied at the end
 (:func:`~imsearch_align.adapters.base.search_closing_ties`). HNSW and IVF
-return faiss's choice among tied docs.
+return faiss's choice among tied docs; ``ivf_sq8`` and ``ivf_pq`` report the
+score of the compressed vector (approximate), as their Milvus namesakes do.
 
-Sparse collections (ASIF) are searched with the exact sparse kernel of
-:mod:`imsearch_align.adapters.sparse_search`, the same one ExactStore uses
-(so both stores answer sparse queries identically), with the sparse no-hit
-rule: FAISS has no sparse index, and densifying (the former path) cost
-``docs x dim x 4`` bytes (47,675 x 29,000 float32 = 5.2 GiB for Flickr30k's
-captions at N = 29,000) and a dense product ``dim / non_zeros`` times larger
-than needed. ``index`` (flat / hnsw / ivf) applies to dense collections
-only; a sparse collection is always searched exactly (logged once).
+Sparse collections (ASIF) need ``index="flat"``: they are searched with the
+exact sparse kernel of :mod:`imsearch_align.adapters.sparse_search`, the
+same one ExactStore uses (so both stores answer sparse queries identically),
+with the sparse no-hit rule. FAISS has no sparse index, so an ANN index type
+refuses a sparse collection (a result labelled HNSW would be an exact search).
 
 Speed note (``benchmarks/perf_stores.py``): the faiss-cpu wheel's bundled
 OpenBLAS falls back to a generic kernel on some CPUs, so ``IndexFlatIP`` can
@@ -31,6 +43,8 @@ be several times slower than :class:`~imsearch_align.adapters.exact.ExactStore`
 from __future__ import annotations
 
 import logging
+import threading
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -41,6 +55,16 @@ from imsearch_align.adapters.base import (
     finalize_rows,
     search_closing_ties,
 )
+from imsearch_align.adapters.faiss_index import (
+    MIN_POINTS_PER_CENTROID,
+    IndexSpec,
+    check_search_params,
+    check_train_rows,
+    make_spec,
+    new_index,
+    pq_subquantizers,
+    training_sample,
+)
 from imsearch_align.adapters.sparse_search import SparseCollection
 from imsearch_align.framework.interfaces import SearchResult
 from imsearch_align.framework.registry import STORES
@@ -50,7 +74,6 @@ __all__ = ["FaissStore"]
 
 log = logging.getLogger(__name__)
 
-_INDEXES = ("flat", "hnsw", "ivf")
 #: faiss GPU k-selection supports k up to this value.
 _GPU_MAX_K = 2048
 
@@ -66,23 +89,40 @@ def _import_faiss() -> Any:
     return faiss
 
 
+@dataclass
+class _Dense:
+    """A dense collection: its faiss index, rows waiting for training, builds, search settings."""
+
+    index: Any = None
+    pending: list[np.ndarray] = field(default_factory=list)
+    n_pending: int = 0
+    builds: int = 0
+    search: dict[str, int] = field(default_factory=dict)
+
+
 @STORES.register("faiss")
 class FaissStore(BaseStore):
     """Vector store on FAISS, metric inner product.
 
+    Index parameters (see :mod:`~imsearch_align.adapters.faiss_index`; one
+    an index does not take is refused, naming the ones it does; ``None``
+    = the default):
+
     Args:
         index: ``"flat"`` (exact, ``IndexFlatIP``), ``"hnsw"``
-            (``IndexHNSWFlat``) or ``"ivf"`` (``IndexIVFFlat``).
-        M: HNSW graph degree.
-        efConstruction: HNSW build beam width.
-        efSearch: HNSW search beam width (read at every search, so it can
-            be changed on a built store: ``store.efSearch = 128``).
-        nlist: IVF lists; trained with k-means on the first insert into a
-            collection and capped at that insert's row count (logged), so
-            insert the bulk of a collection in its first call.
-        nprobe: IVF lists visited per query (read at every search); a query
-            whose lists hold fewer than ``k`` vectors is searched again in
-            every list, so each row has ``min(k, count)`` hits.
+            (``IndexHNSWFlat``), ``"ivf_flat"`` (or ``"ivf"``, ``IndexIVFFlat``),
+            ``"ivf_sq8"`` (8-bit scalar quantizer) or ``"ivf_pq"`` (product quantizer).
+        M: HNSW graph degree (32).
+        efConstruction: HNSW build beam width (100).
+        efSearch: HNSW search beam width (64; search-time).
+        nlist: IVF lists (256); a collection needs at least ``nlist`` rows
+            (``ivf_pq``: also ``2**nbits``) to train them.
+        nprobe: IVF lists visited per query (``min(16, nlist)``; search-time);
+            a query whose lists hold fewer than ``k`` vectors is searched again
+            in every list, so each row has ``min(k, count)`` hits.
+        m: ``ivf_pq`` sub-quantizers, a divisor of the dimension (default:
+            the largest divisor up to dim / 4).
+        nbits: ``ivf_pq`` bits per sub-quantizer code (8).
         gpu: ``"auto"`` = faiss GPU indexes when ``faiss.get_num_gpus() > 0``,
             else CPU; ``True`` = GPU or a clear error; ``False`` = CPU. HNSW
             has no faiss GPU version and stays on CPU (logged).
@@ -91,6 +131,10 @@ class FaissStore(BaseStore):
             faiss's default (sparse search: the CPUs this process may use).
         max_memory_mb: working-memory bound of a sparse search (see
             :func:`~imsearch_align.adapters.sparse_search.sparse_topk`).
+
+    Search-time parameters change on a built collection without rebuilding:
+    :meth:`set_search_params` for one collection, or the attributes
+    ``efSearch`` / ``nprobe`` for every collection without its own setting.
 
     Example:
         >>> import numpy as np
@@ -101,8 +145,6 @@ class FaissStore(BaseStore):
         [[7, 3, -1]]
     """
 
-    #: Sparse collections are accepted (searched by the exact sparse kernel).
-    supports_sparse = True
     #: faiss itself (CPU or GPU wheel), and numba for sparse collections.
     provenance_packages = ("faiss-cpu", "faiss-gpu", "numpy", "numba")
     #: One search call runs on every core (OpenMP): the evaluator calls it from one thread.
@@ -112,24 +154,32 @@ class FaissStore(BaseStore):
         self,
         index: str = "flat",
         *,
-        M: int = 32,
-        efConstruction: int = 100,
-        efSearch: int = 64,
-        nlist: int = 256,
-        nprobe: int = 16,
+        M: int | None = None,
+        efConstruction: int | None = None,
+        efSearch: int | None = None,
+        nlist: int | None = None,
+        nprobe: int | None = None,
+        m: int | None = None,
+        nbits: int | None = None,
         gpu: bool | str = "auto",
         threads: int | None = None,
         max_memory_mb: int = 512,
     ) -> None:
         super().__init__()
-        if index not in _INDEXES:
-            raise ValueError(f"index must be one of {list(_INDEXES)}, got {index!r}")
-        self.index = index
-        self.M = check_int(M, "M", low=2)
-        self.efConstruction = check_int(efConstruction, "efConstruction", low=1)
-        self.efSearch = check_int(efSearch, "efSearch", low=1)
-        self.nlist = check_int(nlist, "nlist", low=1)
-        self.nprobe = check_int(nprobe, "nprobe", low=1)
+        given = {"M": M, "efConstruction": efConstruction, "efSearch": efSearch}
+        given.update(nlist=nlist, nprobe=nprobe, m=m, nbits=nbits)
+        spec = make_spec(index, given)
+        self._spec = spec
+        self.index = spec.index
+        #: Build-time parameters (None where the index has none of that name).
+        self.M = spec.build.get("M")
+        self.efConstruction = spec.build.get("efConstruction")
+        self.nlist = spec.build.get("nlist")
+        self.m = spec.build.get("m")
+        self.nbits = spec.build.get("nbits")
+        #: Search-time defaults of every collection, read at every search.
+        self.efSearch = spec.search.get("efSearch")
+        self.nprobe = spec.search.get("nprobe")
         if gpu not in ("auto", True, False):
             raise ValueError(f"gpu must be 'auto', True or False, got {gpu!r}")
         self.gpu = gpu
@@ -148,65 +198,136 @@ class FaissStore(BaseStore):
         #: Whether this store builds faiss GPU indexes.
         self.uses_gpu = n_gpus > 0 and gpu in ("auto", True)
         self._gpu_res = None
+        self._build_lock = threading.Lock()
+
+    @property
+    def index_spec(self) -> IndexSpec:
+        """The index type and build-time parameters every dense collection is built with."""
+        return self._spec
 
     @property
     def exact(self) -> bool:
-        """Whether search scores every vector (``index="flat"``; sparse collections always).
+        """Whether search scores every vector (``index="flat"``).
 
         See :class:`~imsearch_align.framework.interfaces.ExactSearch`.
         """
         return self.index == "flat"
 
-    # -- index construction ----------------------------------------------------
-    def _new_index(self, dim: int, n_train: int) -> Any:
-        faiss = self._faiss
-        ip = faiss.METRIC_INNER_PRODUCT
-        if self.index == "flat":
-            idx = faiss.IndexFlatIP(dim)
-        elif self.index == "hnsw":
-            idx = faiss.IndexHNSWFlat(dim, self.M, ip)
-            idx.hnsw.efConstruction = self.efConstruction
-        else:
-            nlist = min(self.nlist, n_train)
-            if nlist < self.nlist:
-                log.info(
-                    "FaissStore: nlist capped at %d (first insert has %d rows, nlist=%d)",
-                    nlist,
-                    n_train,
-                    self.nlist,
-                )
-            idx = faiss.IndexIVFFlat(faiss.IndexFlatIP(dim), dim, nlist, ip)
-        if self.uses_gpu:
-            if self.index == "hnsw":
-                log.info("FaissStore: faiss has no GPU HNSW; the hnsw index stays on CPU")
-            else:
-                if self._gpu_res is None:
-                    self._gpu_res = faiss.StandardGpuResources()
-                idx = faiss.index_cpu_to_gpu(self._gpu_res, 0, idx)
-        return idx
+    @property
+    def supports_sparse(self) -> bool:  # type: ignore[override]
+        """Sparse collections are accepted with ``index="flat"`` (the exact sparse kernel)."""
+        return self.index == "flat"
+
+    def _no_sparse_reason(self) -> str:
+        return (
+            f"FaissStore(index={self.index!r}) has no sparse index (FAISS's ANN indexes are "
+            "dense); use index='flat', which searches a sparse collection exactly, or ExactStore"
+        )
+
+    # -- tunable search (TunableSearch) ------------------------------------------------
+    def search_params(self, name: str) -> dict[str, int]:
+        """The search-time parameters collection ``name`` is searched with now ({} for flat)."""
+        info = self._get(name)
+        return {} if info.sparse else self._effective(info.state)
+
+    def set_search_params(self, name: str, **params: Any) -> None:
+        """Change search-time parameters of collection ``name`` for its next searches.
+
+        The built index is kept (``build_count`` does not change). Every
+        parameter is checked first: a build-time one, one the index does not
+        take (``nprobe`` on ``hnsw``), a wrong type or an ``nprobe`` above
+        ``nlist`` raises, naming the parameter, the index and what it
+        accepts, and nothing changes.
+        """
+        info = self._get(name)
+        checked = check_search_params(self._spec, params)
+        if checked:  # flat (and every sparse collection) takes none: nothing reaches here
+            info.state.search.update(checked)
+
+    def build_count(self, name: str) -> int:
+        """How many times collection ``name``'s index was built (0 before it exists; sparse: 0)."""
+        info = self._get(name)
+        return 0 if info.sparse else info.state.builds
+
+    def _effective(self, st: _Dense) -> dict[str, int]:
+        out = {"efSearch": self.efSearch} if self.index == "hnsw" else {}
+        if self._spec.ivf:
+            out["nprobe"] = self.nprobe
+        out.update(st.search)
+        return out
+
+    def _search_args(self, st: _Dense, nprobe: int | None = None) -> dict[str, Any]:
+        """``params=`` of one faiss search call (empty for flat)."""
+        p = self._effective(st)
+        if self.index == "hnsw":
+            return {"params": self._faiss.SearchParametersHNSW(efSearch=p["efSearch"])}
+        if self._spec.ivf:
+            probe = min(nprobe or p["nprobe"], st.index.nlist)
+            return {"params": self._faiss.SearchParametersIVF(nprobe=probe)}
+        return {}
+
+    # -- building ------------------------------------------------------------------
+    def _build(self, info: CollectionInfo) -> None:
+        """Create the index of a dense collection and add (training on) its pending rows."""
+        st: _Dense = info.state
+        spec, n = self._spec, st.n_pending
+        check_train_rows(spec, n, info.name)
+        if spec.ivf and n < (want := MIN_POINTS_PER_CENTROID * spec.centroids):
+            msg = "FaissStore: training %d centroids of collection %r on %d rows (FAISS asks for"
+            log.warning(msg + " at least %d)", spec.centroids, info.name, n, want)
+        idx = self._to_device(new_index(self._faiss, spec, info.dim))
+        if spec.ivf:
+            idx.train(training_sample(st.pending, spec.train_rows))
+        while st.pending:
+            idx.add(st.pending.pop(0))  # each block freed once added
+        st.index, st.n_pending = idx, 0
+        st.builds += 1
+
+    def _to_device(self, idx: Any) -> Any:
+        if not self.uses_gpu:
+            return idx
+        if self.index == "hnsw":
+            log.info("FaissStore: faiss has no GPU HNSW; the hnsw index stays on CPU")
+            return idx
+        if self._gpu_res is None:
+            self._gpu_res = self._faiss.StandardGpuResources()
+        return self._faiss.index_cpu_to_gpu(self._gpu_res, 0, idx)
+
+    def _built(self, info: CollectionInfo) -> Any:
+        """The collection's index, built now from its pending rows if needed (thread-safe)."""
+        st: _Dense = info.state
+        if st.index is None:
+            with self._build_lock:
+                if st.index is None:
+                    self._build(info)
+        return st.index
 
     # -- hooks -------------------------------------------------------------------
     def _create(self, info: CollectionInfo) -> None:
         if info.sparse:
             info.state = SparseCollection()
-            if self.index != "flat":
-                log.info(
-                    "FaissStore: sparse collection %r is searched exactly (FAISS has no sparse "
-                    "index; index=%r applies to dense collections)",
-                    info.name,
-                    self.index,
-                )
+            return
+        if info.dim is not None and self.index == "ivf_pq":
+            pq_subquantizers(self._spec, info.dim)  # m must divide dim: refused before any work
+        info.state = _Dense()
 
     def _insert(self, info: CollectionInfo, vectors: Any, ids: np.ndarray) -> None:
         if info.sparse:
             info.state.add(vectors, ids)
             return
-        if info.state is None:
-            info.state = self._new_index(info.dim, vectors.shape[0])
-        idx = info.state
-        if not idx.is_trained:
-            idx.train(vectors)
-        idx.add(vectors)
+        st: _Dense = info.state
+        if st.index is not None:
+            st.index.add(vectors)
+            return
+        if self.index == "ivf_pq":
+            pq_subquantizers(self._spec, info.dim)
+        st.n_pending += int(vectors.shape[0])
+        if st.n_pending < self._spec.min_rows:  # too few to train: kept (a copy) until more come
+            st.pending.append(np.array(vectors, dtype=np.float32))
+            return
+        st.pending.append(vectors)
+        with self._build_lock:
+            self._build(info)
 
     def _search(self, info: CollectionInfo, queries: Any, k: int) -> SearchResult:
         if info.sparse:
@@ -220,8 +341,7 @@ class FaissStore(BaseStore):
                 f"k must be at most {_GPU_MAX_K} on a faiss GPU index (collection has "
                 f"{info.count} rows), got {k}; use gpu=False or ExactStore"
             )
-        idx = info.state
-        self._set_search_params(idx)
+        idx = self._built(info)
         if self.index == "flat":
             # exact: the documents tied at the k-th score are chosen by id, not by faiss
             max_limit = _GPU_MAX_K if self.uses_gpu else None
@@ -236,24 +356,16 @@ class FaissStore(BaseStore):
                 search, len(queries), info.count, kk, max_limit=max_limit
             )
             return finalize_rows(ids, scores, k)
-        scores, pos = idx.search(queries, kk)
+        args = self._search_args(info.state)
+        scores, pos = idx.search(queries, kk, **args)
         short = np.flatnonzero((pos < 0).any(axis=1))
-        if short.size and self.index == "ivf" and idx.nprobe < idx.nlist:
+        if short.size and self._spec.ivf and args["params"].nprobe < idx.nlist:
             # A dense collection answers with min(k, count) hits; the probed
             # lists of these rows held fewer: search those rows in every list.
-            idx.nprobe = idx.nlist
-            try:
-                scores[short], pos[short] = idx.search(queries[short], kk)
-            finally:
-                self._set_search_params(idx)
+            every = self._search_args(info.state, nprobe=idx.nlist)
+            scores[short], pos[short] = idx.search(queries[short], kk, **every)
         ids = np.where(pos >= 0, info.ids[np.maximum(pos, 0)], -1)
         return finalize_rows(ids, scores, k)
-
-    def _set_search_params(self, idx: Any) -> None:
-        if self.index == "hnsw":
-            idx.hnsw.efSearch = self.efSearch
-        elif self.index == "ivf":
-            idx.nprobe = min(self.nprobe, idx.nlist)
 
     def _drop(self, info: CollectionInfo) -> None:
         info.state = None
@@ -262,10 +374,11 @@ class FaissStore(BaseStore):
     def faiss_index(self, name: str) -> Any:
         """The underlying faiss index of a dense collection (``None`` before the first insert).
 
-        Positions in it are insertion order; ``search`` parameters
-        (``efSearch``, ``nprobe``) are applied by :meth:`search` only. Meant
-        for measurements against the raw library call. A sparse collection
-        has no faiss index (``TypeError``).
+        Building it first if rows wait for training. Positions in it are
+        insertion order; the collection's search-time parameters (``efSearch``,
+        ``nprobe``) are set on it, so a raw ``index.search`` matches
+        :meth:`search`. Meant for measurements against the raw library call.
+        A sparse collection has no faiss index (``TypeError``).
         """
         info = self._get(name)
         if info.sparse:
@@ -273,7 +386,12 @@ class FaissStore(BaseStore):
                 f"name: collection {name!r} is sparse and has no faiss index "
                 "(it is searched by the exact sparse kernel); expected a dense collection"
             )
-        idx = info.state
-        if idx is not None:
-            self._set_search_params(idx)
+        if info.state.index is None and info.state.n_pending == 0:
+            return None
+        idx = self._built(info)
+        p = self._effective(info.state)
+        if self.index == "hnsw":
+            idx.hnsw.efSearch = p["efSearch"]
+        elif self._spec.ivf:
+            idx.nprobe = min(p["nprobe"], idx.nlist)
         return idx

@@ -40,6 +40,7 @@ __all__ = [
     "StoreProvenance",
     "StoreUnavailableError",
     "ThreadSafety",
+    "TunableSearch",
     "VectorStoreAdapter",
     "VersionedProvider",
     "is_thread_safe",
@@ -334,3 +335,35 @@ class ParallelSearch(Protocol):
     slower for FAISS flat on 2 cores)."""
 
     parallel_search: bool
+
+
+@runtime_checkable
+class TunableSearch(Protocol):
+    """A store whose search-time index parameters change on a built collection, no rebuild.
+
+    Build-time parameters (HNSW ``M``, IVF ``nlist``, the quantizer) are the
+    store's own arguments: a new value is a new store and a new build. The
+    search-time ones (HNSW ``ef``, IVF ``nprobe``) are swept on one built
+    collection: insert once, then for each setting call
+    :meth:`set_search_params` and search. :meth:`build_count` lets the caller
+    (and a test) check that the sweep built the index once. Names are the
+    store's own (FAISS ``efSearch``, Milvus ``ef``); :meth:`search_params`
+    lists the ones a collection takes, with their current values.
+    """
+
+    def search_params(self, name: str) -> dict[str, Any]:
+        """Search-time parameters of collection ``name`` now, by name (``{}``: it has none)."""
+        ...
+
+    def set_search_params(self, name: str, **params: Any) -> None:
+        """Search collection ``name`` with ``params`` from now on, keeping its built index.
+
+        A parameter the collection's index does not take (or a build-time
+        one, or a bad value) raises ``ValueError`` / ``TypeError`` naming the
+        parameter, the index and the accepted ones, and nothing changes.
+        """
+        ...
+
+    def build_count(self, name: str) -> int:
+        """How many times the index of collection ``name`` was built (0: not yet)."""
+        ...

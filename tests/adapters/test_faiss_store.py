@@ -1,8 +1,8 @@
-"""FaissStore: the conformance kit for flat, hnsw and ivf, plus faiss-specific behaviour."""
+"""FaissStore: the conformance kit for flat, hnsw and ivf, plus faiss-specific behaviour.
+
+Index types, their parameters and search-time sweeps: ``test_faiss_index.py``."""
 
 from __future__ import annotations
-
-import logging
 
 import numpy as np
 import pytest
@@ -32,7 +32,7 @@ class TestFaissFlatConformance(StoreConformance):
 
 class TestFaissHnswConformance(StoreConformance):
     exact = False
-    supports_sparse = True
+    supports_sparse = False  # ANN index types refuse sparse collections
     ann_min_recall = 0.95
 
     @pytest.fixture
@@ -42,12 +42,13 @@ class TestFaissHnswConformance(StoreConformance):
 
 class TestFaissIvfConformance(StoreConformance):
     exact = False
-    supports_sparse = True
+    supports_sparse = False
     ann_min_recall = 0.95
 
     @pytest.fixture
     def make_store(self):
-        return lambda: FaissStore(index="ivf", nlist=32, nprobe=8)
+        # nlist 5: the kit's smallest searched collection has 5 rows (IVF trains nlist centroids)
+        return lambda: FaissStore(index="ivf", nlist=5, nprobe=2)
 
 
 def _data(n=2000, d=16, nq=50, seed=0):
@@ -88,22 +89,23 @@ def test_search_params_are_read_at_search_time():
     assert ann_recall(low, ref, 10)[1] < 1.0
 
 
-def test_ivf_nlist_capped_at_first_insert(caplog):
+def test_ivf_collection_too_small_to_train_is_refused_naming_both_numbers():
     x, q, ids = _data(n=40)
-    with caplog.at_level(logging.INFO, logger="imsearch_align.adapters.faiss_store"):
-        with FaissStore("ivf", nlist=256, nprobe=256) as fs:
-            fs.create_collection("c", 16)
-            fs.insert("c", x, ids)
-            assert fs.faiss_index("c").nlist == 40
-            assert fs.search("c", q, 5).ids.shape == (50, 5)
-    assert "nlist capped at 40" in caplog.text
+    with FaissStore("ivf", nlist=256, nprobe=256) as fs:
+        fs.create_collection("c", 16)
+        fs.insert("c", x, ids)  # rows wait for training: no work yet
+        with pytest.raises(ValueError, match=r"'c' has 40 rows, too few .* at least 256"):
+            fs.search("c", q, 5)
+        fs.insert("c", *_data(n=300, seed=4)[::2])  # more rows: the same collection trains
+        assert fs.search("c", q, 5).ids.shape == (50, 5)
+        assert fs.faiss_index("c").nlist == 256 and fs.build_count("c") == 1
 
 
 def test_ties_resorted_by_id():
     v = np.ones((6, 4), dtype=np.float32)  # six identical vectors
     ids = np.array([60, 10, 50, 20, 40, 30])
-    for index in ("flat", "hnsw", "ivf"):
-        with FaissStore(index, nlist=2) as fs:
+    for index, kw in (("flat", {}), ("hnsw", {}), ("ivf", {"nlist": 2})):
+        with FaissStore(index, **kw) as fs:
             fs.create_collection("c", 4)
             fs.insert("c", v, ids)
             r = fs.search("c", v[:2], 8)
@@ -133,24 +135,33 @@ def test_flat_chooses_docs_tied_at_the_kth_score_by_id_like_exact_store(k):
     np.testing.assert_array_equal(got.ids, ids[order])
 
 
-def test_sparse_collections_use_the_exact_kernel_and_equal_exact_store(caplog):
+def test_sparse_collections_use_the_exact_kernel_and_equal_exact_store():
     x, q = sparse_clustered(600, 80, nnz=10, n_queries=40, seed=7)
     ids = np.random.default_rng(7).permutation(600).astype(np.int64) * 3 + 1
-    with caplog.at_level(logging.INFO, logger="imsearch_align.adapters.faiss_store"):
-        with FaissStore("hnsw") as fs, ExactStore() as ex:
-            for s in (fs, ex):
-                s.create_collection("s", sparse=True)
-                s.insert("s", x[:250], ids[:250])
-                s.insert("s", x[250:], ids[250:])
-            for k in (1, 10, 700):
-                got, ref = fs.search("s", q, k), ex.search("s", q, k)
-                np.testing.assert_array_equal(got.ids, ref.ids)  # one kernel: identical
-                np.testing.assert_array_equal(got.scores, ref.scores)
-            assert_exact_topk(got := fs.search("s", q, 10), q, x, ids, 10)
-            assert got.ids.shape == (40, 10)
-            with pytest.raises(TypeError, match="collection 's' is sparse and has no faiss index"):
-                fs.faiss_index("s")
-    assert "sparse collection 's' is searched exactly" in caplog.text
+    with FaissStore("flat") as fs, ExactStore() as ex:
+        for s in (fs, ex):
+            s.create_collection("s", sparse=True)
+            s.insert("s", x[:250], ids[:250])
+            s.insert("s", x[250:], ids[250:])
+        for k in (1, 10, 700):
+            got, ref = fs.search("s", q, k), ex.search("s", q, k)
+            np.testing.assert_array_equal(got.ids, ref.ids)  # one kernel: identical
+            np.testing.assert_array_equal(got.scores, ref.scores)
+        assert_exact_topk(got := fs.search("s", q, 10), q, x, ids, 10)
+        assert got.ids.shape == (40, 10)
+        assert fs.search_params("s") == {} and fs.build_count("s") == 0
+        with pytest.raises(TypeError, match="collection 's' is sparse and has no faiss index"):
+            fs.faiss_index("s")
+
+
+@pytest.mark.parametrize("index", ["hnsw", "ivf_flat", "ivf_sq8", "ivf_pq"])
+def test_ann_index_types_refuse_sparse_collections_naming_flat(index):
+    with FaissStore(index) as fs:
+        assert fs.supports_sparse is False
+        with pytest.raises(
+            TypeError, match=rf"FaissStore\(index='{index}'\) has no sparse .*'flat'"
+        ):
+            fs.create_collection("s", sparse=True)
 
 
 def test_sparse_no_hit_rule_and_budget_error():
@@ -189,9 +200,14 @@ def test_threads_argument_sets_faiss_threads():
 @pytest.mark.parametrize(
     ("kwargs", "error", "message"),
     [
-        ({"index": "pq"}, ValueError, r"index must be one of \['flat', 'hnsw', 'ivf'\], got 'pq'"),
-        ({"M": 1}, ValueError, r"M must be in \[2, inf\], got 1"),
-        ({"nprobe": 0}, ValueError, r"nprobe must be in \[1, inf\], got 0"),
+        (
+            {"index": "pq"},
+            ValueError,
+            r"index must be one of \['flat', 'hnsw', 'ivf_flat', 'ivf_sq8', 'ivf_pq'\] "
+            r"\('ivf' = 'ivf_flat'\), got 'pq'",
+        ),
+        ({"index": "hnsw", "M": 1}, ValueError, r"M must be in \[2, inf\], got 1"),
+        ({"index": "ivf", "nprobe": 0}, ValueError, r"nprobe must be in \[1, inf\], got 0"),
         ({"gpu": "yes"}, ValueError, "gpu must be 'auto', True or False, got 'yes'"),
         ({"max_memory_mb": 0}, ValueError, r"max_memory_mb must be in \[1, inf\], got 0"),
         ({"threads": 0}, ValueError, r"threads must be in \[1, inf\], got 0"),
