@@ -16,8 +16,9 @@ merges result JSONs into a CSV. ``--plugin MODULE`` (any command, repeatable)
 imports a module that registers stores, methods, encoders, datasets or tasks.
 
 Exit status: 0 success; 1 a run failed; 2 a usage error (unknown name, bad
-config key or type, bad output template, unwritable output folder) found
-before any work; 3 a run finished **degraded** (failed queries: the numbers
+config key, type or value, unusable config file, bad output template,
+unwritable output or cache folder, a plug-in module that fails to import, a
+``build`` output that is not its own to replace) found before any work; 3 a run finished **degraded** (failed queries: the numbers
 are not the full measurement; ``--allow-failures`` makes it 0); 130
 interrupted (Ctrl-C: finished batches are checkpointed).
 

@@ -22,7 +22,7 @@ from imsearch_align.cli.listing import add_list_command
 from imsearch_align.cli.report import add_report_commands
 from imsearch_align.cli.run import add_run_commands
 
-__all__ = ["build_parser", "main"]
+__all__ = ["build_parser", "main", "verbosity"]
 
 
 class _Parser(argparse.ArgumentParser):
@@ -34,9 +34,10 @@ class _Parser(argparse.ArgumentParser):
         super().__init__(*a, **kw)
 
 
-def _plugin_parent(*, top: bool) -> argparse.ArgumentParser:
-    """``--plugin``, accepted before and after the command; the sub-command's copy
-    has no default, so it never erases modules given before the command."""
+def _common_parent(*, top: bool) -> argparse.ArgumentParser:
+    """``--plugin``, ``-v`` and ``--traceback``, accepted before and after the
+    command; the sub-command's copies have no default, so they never erase what
+    was given before the command (its ``-v`` count is added to the one before)."""
     p = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
     p.add_argument(
         "--plugin",
@@ -46,20 +47,32 @@ def _plugin_parent(*, top: bool) -> argparse.ArgumentParser:
         help="import MODULE first: it registers stores, methods, encoders, datasets or tasks "
         "(repeatable; also IMSEARCH_ALIGN_PLUGINS=mod1,mod2)",
     )
+    p.add_argument(
+        "-v",
+        "--verbose",
+        action="count",
+        dest="verbose" if top else "verbose_after",
+        default=0 if top else argparse.SUPPRESS,
+        help="log more (-vv: debug)",
+    )
+    p.add_argument(
+        "--traceback",
+        action="store_true",
+        default=False if top else argparse.SUPPRESS,
+        help="show the full traceback of a failure",
+    )
     return p
 
 
 def build_parser() -> argparse.ArgumentParser:
     """The ``imsearch-align`` argument parser."""
-    plugin = _plugin_parent(top=False)
+    plugin = _common_parent(top=False)
     p = argparse.ArgumentParser(
         prog="imsearch-align",
         allow_abbrev=False,
-        parents=[_plugin_parent(top=True)],
+        parents=[_common_parent(top=True)],
         description="How well do aligned image-text embedding spaces search in real vector stores, and how fast?",
     )
-    p.add_argument("-v", "--verbose", action="count", default=0, help="log more (-vv: debug)")
-    p.add_argument("--traceback", action="store_true", help="show the full traceback of a failure")
     sub = p.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     sub.required = True
     add_run_commands(sub, [plugin])
@@ -70,15 +83,37 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def _load_plugins(modules: Sequence[str] | None) -> None:
+#: Commands that run work with the registries' names: a plug-in module of
+#: IMSEARCH_ALIGN_PLUGINS that fails to import stops them, as a --plugin one does
+#: (``list`` and ``doctor`` report it instead).
+_STRICT_ENV_PLUGINS = ("eval", "sweep", "embed")
+
+
+def _load_plugins(modules: Sequence[str] | None, command: str) -> None:
+    from imsearch_align.framework.plugins import (
+        ENV_VAR,
+        PluginError,
+        load_plugins,
+        plugin_modules_from_env,
+    )
+
+    env = plugin_modules_from_env()
+    if env and command in _STRICT_ENV_PLUGINS:
+        try:
+            load_plugins(env, source=ENV_VAR, strict=True)
+        except PluginError as exc:
+            raise UsageError(f"{ENV_VAR}: {exc}") from None
     if not modules:
         return
-    from imsearch_align.framework.plugins import PluginError, load_plugins
-
     try:
         load_plugins(list(modules), strict=True)
     except PluginError as exc:
         raise UsageError(f"--plugin: {exc}") from None
+
+
+def verbosity(args: argparse.Namespace) -> int:
+    """How many ``-v`` were given, before and after the command."""
+    return int(args.verbose) + int(getattr(args, "verbose_after", 0))
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -90,20 +125,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     except SystemExit as exc:  # argparse: --help (0) or a usage error (2)
         return int(exc.code or 0)
     setattr(args, GIVEN, given_flags(argv))
-    level = (
-        logging.WARNING
-        if args.verbose == 0
-        else logging.INFO
-        if args.verbose == 1
-        else logging.DEBUG
-    )
+    v = verbosity(args)
+    level = logging.WARNING if v == 0 else logging.INFO if v == 1 else logging.DEBUG
     logging.basicConfig(level=level, format="%(levelname)s %(name)s: %(message)s")
     from imsearch_align.experiment import ConfigError
     from imsearch_align.experiment.tasks import TaskUnsupportedError
     from imsearch_align.framework.registry import PluginError, UnknownNameError
 
     try:
-        _load_plugins(args.plugin)
+        _load_plugins(args.plugin, args.command)
         return int(args.func(args))
     except (UnknownNameError, PluginError, UsageError, ConfigError, TaskUnsupportedError) as exc:
         print(f"error: {exc}", file=sys.stderr)

@@ -1,4 +1,4 @@
-"""What every command shares: the usage error (exit 2), argument value types, warnings.
+"""What every command shares: the usage error (exit 2), argument value types, warnings, notes.
 
 A value type turns one command-line word into a value or raises
 ``argparse.ArgumentTypeError`` with the message argparse prints.
@@ -11,7 +11,15 @@ import json
 import sys
 from typing import Any
 
-__all__ = ["UsageError", "json_or_str", "key_value", "name_or_none", "positive_int", "warn"]
+__all__ = [
+    "UsageError",
+    "json_or_str",
+    "key_value",
+    "name_or_none",
+    "note",
+    "positive_int",
+    "warn",
+]
 
 
 class UsageError(Exception):
@@ -66,3 +74,8 @@ def name_or_none(text: str) -> str | None:
 def warn(msg: str) -> None:
     """Print ``warning: msg`` on stderr."""
     print(f"warning: {msg}", file=sys.stderr)
+
+
+def note(msg: str) -> None:
+    """Print ``note: msg`` on stderr: a choice made for the user, said once."""
+    print(f"note: {msg}", file=sys.stderr)

@@ -22,12 +22,8 @@ from pathlib import Path
 from typing import Any
 
 from imsearch_align.cli.common import UsageError, key_value, positive_int
-from imsearch_align.experiment.config import (
-    ConfigFileError,
-    ExperimentConfig,
-    Flag,
-    read_config_file,
-)
+from imsearch_align.experiment.config import ExperimentConfig, Flag
+from imsearch_align.experiment.config_file import ConfigFileError, read_config_file
 
 __all__ = [
     "GIVEN",
@@ -172,17 +168,19 @@ def given_flags(argv: Sequence[str]) -> set[str]:
 
 
 def read_config(path: str) -> dict[str, Any]:
-    """The fields a ``--config`` file holds (``{}`` for an empty file)."""
+    """The fields a ``--config`` file holds; an empty file, a directory, a key
+    given twice or a YAML alias bomb is a usage error naming the file."""
     p = Path(path)
     try:
         data = read_config_file(p)
     except FileNotFoundError:
         raise UsageError(f"--config: file {str(p)!r} does not exist") from None
+    except ConfigFileError as exc:
+        if exc.problem is not None:
+            raise UsageError(f"--config: {str(p)!r} {exc.problem}") from None
+        raise UsageError(f"--config: cannot parse {str(p)!r}: {exc.reason}") from None
     except Exception as exc:
-        reason = exc.reason if isinstance(exc, ConfigFileError) else exc
-        raise UsageError(f"--config: cannot parse {str(p)!r}: {reason}") from None
-    if data is None:
-        return {}
+        raise UsageError(f"--config: cannot parse {str(p)!r}: {exc}") from None
     if not isinstance(data, dict):
         raise UsageError(
             f"--config: {str(p)!r} must hold a mapping of config fields, got {type(data).__name__}"

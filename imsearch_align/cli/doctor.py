@@ -1,6 +1,7 @@
 """``doctor``: versions, BLAS and threads, GEMM speed, GPU, Milvus reachability.
 
 Only an unreachable ``--uri`` fails the command; a slow BLAS is a warning.
+The URI's user info (``user:password@``) and the token are never printed.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ import time
 from typing import Any
 
 from imsearch_align.cli.common import positive_int, warn
+from imsearch_align.framework.secrets import MASK, redact_text, redact_uri
 
 __all__ = ["add_doctor_command", "cmd_doctor", "gemm_probes"]
 
@@ -84,7 +86,8 @@ def _check_milvus(uri: str, token: str | None) -> tuple[bool, str]:
         finally:
             client.close()
     except Exception as exc:
-        msg = str(exc).replace(token, "***") if token else str(exc)
+        msg = redact_text(str(exc), uri)
+        msg = msg.replace(token, MASK) if token else msg
         return False, f"{type(exc).__name__}: {msg.splitlines()[0] if msg else ''}"
     return True, f"server {version}, {n} collections, {1000 * (time.perf_counter() - t):.0f} ms"
 
@@ -172,6 +175,6 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     _print_gpu()
     if args.uri:
         ok, msg = _check_milvus(args.uri, args.token)
-        print(f"milvus {args.uri}: {'ok' if ok else 'error'}: {msg}")
+        print(f"milvus {redact_uri(args.uri)}: {'ok' if ok else 'error'}: {msg}")
         return 0 if ok else 1
     return 0

@@ -44,6 +44,7 @@ def cmd_embed(args: argparse.Namespace) -> int:
     from imsearch_align.datasets.base import SUPPORT_SPLIT, TEST_SPLIT
     from imsearch_align.embedding import embed
     from imsearch_align.experiment import make_encoder
+    from imsearch_align.experiment.value_checks import check_cache_folder
     from imsearch_align.framework.registry import DATASETS, ENCODERS
 
     loader = DATASETS.get(args.dataset)
@@ -55,6 +56,7 @@ def cmd_embed(args: argparse.Namespace) -> int:
         raise UsageError("embed needs --image-encoder and/or --text-encoder")
     if args.cache_dir is None:
         raise UsageError("--cache-dir: embed writes the cache, so it cannot be 'none'")
+    check_cache_folder(args.cache_dir)  # before loading or encoding anything
     loaded = loader(**dict(args.dataset_param or ()))
     ds = loaded[0] if isinstance(loaded, tuple) else loaded
     cache = Path(args.cache_dir)

@@ -2,7 +2,9 @@
 
 ``build`` merges result JSONs into a CSV and a Markdown leaderboard;
 ``plot`` draws learning curves and recall-vs-QPS figures. Unreadable files
-are warned about and skipped; no result at all exits 1.
+are warned about and skipped; no result at all exits 1. ``build`` never
+writes over a file it cannot prove is its own output
+(:mod:`.build_outputs`), and counts a result found twice once.
 """
 
 from __future__ import annotations
@@ -14,7 +16,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from imsearch_align.cli.common import UsageError, positive_int, warn
+from imsearch_align.cli.build_outputs import check_outputs, unique_results
+from imsearch_align.cli.common import UsageError, note, positive_int, warn
 
 __all__ = ["add_report_commands", "cmd_build", "cmd_plot"]
 
@@ -31,7 +34,10 @@ def add_report_commands(sub: Any, parents: list[argparse.ArgumentParser]) -> Non
         help="result files or directories (searched recursively)",
     )
     b.add_argument(
-        "--output", default="benchmark.csv", metavar="CSV", help="CSV path (default benchmark.csv)"
+        "--output",
+        default="benchmark.csv",
+        metavar="CSV",
+        help="CSV path (default benchmark.csv; never an input, a result or a file build did not write)",
     )
     b.add_argument(
         "--markdown",
@@ -87,6 +93,12 @@ def cmd_build(args: argparse.Namespace) -> int:
         files = find_result_files(args.paths)
     except FileNotFoundError as exc:
         raise UsageError(str(exc)) from None
+    markdown = Path(args.markdown) if args.markdown and args.markdown.lower() != "none" else None
+    check_outputs(Path(args.output), markdown, files)
+    files, copies = unique_results(files)
+    if copies:
+        same = "; ".join(f"{str(c)!r} = {str(first)!r}" for c, first in copies)
+        note(f"{len(copies)} file(s) hold the same result as another and are counted once: {same}")
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", LeaderboardWarning)
         df = load_results(files)
@@ -107,8 +119,8 @@ def cmd_build(args: argparse.Namespace) -> int:
     _write_text(out, df.to_csv(index=False), "--output")
     print(md, end="")
     print(f"{len(df)} results from {len(files)} files -> {out} ({df.shape[1]} columns)", end="")
-    if args.markdown and args.markdown.lower() != "none":
-        _write_text(Path(args.markdown), md, "--markdown")
+    if markdown is not None:
+        _write_text(markdown, md, "--markdown")
         print(f", {args.markdown}", end="")
     print()
     bad = int((df["status"] != "ok").sum()) if "status" in df.columns else 0
@@ -142,6 +154,10 @@ def cmd_plot(args: argparse.Namespace) -> int:
     from imsearch_align.leaderboard import LeaderboardWarning, load_result_objects
     from imsearch_align.plots import learning_curve, recall_vs_qps
 
+    out = Path(args.output_dir)
+    if out.exists() and not out.is_dir():
+        raise UsageError(f"--output-dir {str(out)!r} is a file; expected a folder for the PNGs "
+                         "(it is created if missing)")  # fmt: skip
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", LeaderboardWarning)
         try:
@@ -153,7 +169,12 @@ def cmd_plot(args: argparse.Namespace) -> int:
     if not results:
         print(f"error: no results with measurements in {' '.join(args.paths)}", file=sys.stderr)
         return 1
-    out = Path(args.output_dir)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise UsageError(
+            f"--output-dir {str(out)!r} cannot be made: {exc.strerror or exc}"
+        ) from None
     by_ds: dict[str, list[Any]] = {}
     for r in results:
         by_ds.setdefault(r.config.dataset, []).append(r)

@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from imsearch_align.cli.common import UsageError
+from imsearch_align.cli.common import UsageError, note, warn
 from imsearch_align.cli.config_flags import add_config_flags, config_mapping, value_type
 
 __all__ = ["add_run_commands", "cmd_eval", "cmd_sweep", "exit_status"]
@@ -102,6 +102,40 @@ def _make_config(data: dict[str, Any]) -> Any:
         raise UsageError(f"config: {exc}") from None
 
 
+def _note_defaults(data: dict[str, Any]) -> None:
+    """Say which dataset runs when neither the flags nor ``--config`` name one."""
+    if "dataset" not in data:
+        from imsearch_align.experiment import ExperimentConfig
+
+        default = ExperimentConfig.__dataclass_fields__["dataset"].default
+        note(f"no --dataset given (nor in --config): running the default dataset {default!r}")
+
+
+def _fit_support_defaults(configs: Sequence[Any]) -> list[Any]:
+    """A method default counting support pairs that exceeds a cell's ``n_support``
+    (ASIF's ``non_zeros=800`` at N=100) is set to N, with a warning, as
+    ``benchmarks/flickr.py`` does: the cell runs, and its result records the
+    value used. A value given is kept (preflight refuses one above N)."""
+    from imsearch_align.experiment.value_checks import support_bound_default
+
+    out, changed = [], {}
+    for cfg in configs:
+        found = support_bound_default(cfg.method)
+        if found is None or cfg.n_support is None or found[0] in cfg.method_params:
+            out.append(cfg)
+            continue
+        param, _, default = found
+        if isinstance(default, int) and not isinstance(default, bool) and default > cfg.n_support:
+            cfg = cfg.replace(method_params={**cfg.method_params, param: cfg.n_support})
+            changed.setdefault((cfg.method, param, default), []).append(cfg.n_support)
+        out.append(cfg)
+    for (method, param, default), ns in changed.items():
+        shown = ", ".join(map(str, sorted(set(ns))))
+        warn(f"method {method!r}: its default {param}={default} exceeds --n-support {shown}; "
+             f"using {param}=N for N={shown} (pass --method-param {param}=K to choose)")  # fmt: skip
+    return out
+
+
 def _preflight(configs: Sequence[Any], args: argparse.Namespace) -> tuple[Path, str]:
     """Every config's names, parameters and output name checked before any work."""
     from imsearch_align.experiment import DEFAULT_OUTPUT_TEMPLATE, ConfigError, check_writable
@@ -151,7 +185,8 @@ def cmd_eval(args: argparse.Namespace) -> int:
     from imsearch_align.experiment import ExperimentError, run_experiment
 
     data, _ = config_mapping(args)
-    cfg = _make_config(data)
+    _note_defaults(data)
+    (cfg,) = _fit_support_defaults([_make_config(data)])
     out, template = _preflight([cfg], args)
     t = time.perf_counter()
     try:
@@ -219,6 +254,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     from imsearch_align.experiment import grid, sweep
 
     data, scoped = config_mapping(args, swept=_SWEPT)
+    _note_defaults(data)
     cfg = _make_config(data)
     mp = _sweep_params(args.methods, dict(cfg.method_params), scoped["method_params"], "method")
     sp = _sweep_params(args.stores, dict(cfg.store_params), scoped["store_params"], "store")
@@ -227,6 +263,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
                        method_params=mp, store_params=sp)  # fmt: skip
     except ValueError as exc:
         raise UsageError(f"config: {exc}") from None
+    configs = _fit_support_defaults(configs)
     out, template = _preflight(configs, args)
     t = time.perf_counter()
     results = sweep(configs, **_run_kw(args, out, template), on_error=args.on_error)

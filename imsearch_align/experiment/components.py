@@ -1,9 +1,10 @@
 """Building the parts of an experiment from registry names, checked before any work.
 
 :func:`preflight` resolves every name of a config (dataset, encoders, method,
-store, task, perturbations) and checks every parameter name against the
-factory's signature, with "did you mean": a typo is reported in a second,
-before any encoding (the run then connects to the store first, so an
+store, task, perturbations), checks every parameter name against the
+factory's signature, with "did you mean", and every value it can check
+without data (:mod:`.value_checks`): a typo or a bad value is reported in a
+second, before any encoding (the run then connects to the store first, so an
 unreachable server is too). It runs once per config: a sweep and the CLI
 check every config first and tell :func:`~.pipeline.run_experiment` so.
 """
@@ -20,6 +21,7 @@ from typing import Any
 import numpy as np
 
 from imsearch_align.experiment.config import ConfigError, ExperimentConfig, digest_value
+from imsearch_align.experiment.value_checks import check_values
 from imsearch_align.framework.registry import DATASETS, ENCODERS, METHODS, PERTURBATIONS, STORES
 
 __all__ = [
@@ -144,7 +146,13 @@ def make_store(config: ExperimentConfig, *, owner: str | None = None) -> Any:
 
 
 def preflight(config: ExperimentConfig, task_factory: Callable[..., Any]) -> None:
-    """Every name and parameter of ``config`` checked against its factory; no work done."""
+    """Every name and parameter of ``config`` checked, names and values; no work done.
+
+    Names against the factories' signatures (with did-you-mean); values by
+    building the task, the method and each perturbation (cheap: they only
+    check their arguments) and by :func:`check_values`; the encoders against
+    an embedding-only dataset; the embedding cache folder is writable.
+    """
     check_params(DATASETS.get(config.dataset), config.dataset_params, f"dataset {config.dataset!r}")
     if config.support_dataset is not None:
         check_params(
@@ -170,6 +178,7 @@ def preflight(config: ExperimentConfig, task_factory: Callable[..., Any]) -> Non
             config.perturbation_params.get(name, {}),
             f"perturbation {name!r}",
         )
+    check_values(config, task_factory)
 
 
 @dataclass(frozen=True)

@@ -30,9 +30,9 @@ import os
 import typing
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
+from imsearch_align.experiment.config_file import read_config_file
 from imsearch_align.experiment.config_values import (
     ConfigError,
     coerce,
@@ -47,11 +47,9 @@ __all__ = [
     "DEFAULT_OUTPUT_TEMPLATE",
     "DIRECTIONS",
     "ConfigError",
-    "ConfigFileError",
     "ExperimentConfig",
     "Flag",
     "digest_value",
-    "read_config_file",
 ]
 
 DIRECTIONS = ("t2i", "i2t")
@@ -322,8 +320,10 @@ class ExperimentConfig:
 
     @classmethod
     def from_file(cls, path: str | os.PathLike) -> ExperimentConfig:
-        """Load a ``.json`` or ``.yaml``/``.yml`` config file (:func:`read_config_file`)."""
-        return cls.from_dict(read_config_file(path) or {})
+        """Load a ``.json`` or ``.yaml``/``.yml`` config file
+        (:func:`~imsearch_align.experiment.config_file.read_config_file`: an empty
+        file, a key given twice or an alias bomb is a ``ConfigError``)."""
+        return cls.from_dict(read_config_file(path))
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready mapping; values JSON cannot hold are recorded by digest,
@@ -368,30 +368,3 @@ class ExperimentConfig:
         check_template(template)
         values = {k: str(v).replace("/", "-") for k, v in self.template_fields().items()}
         return template.format(**values)
-
-
-class ConfigFileError(ConfigError):
-    """A config file that cannot be parsed; ``path`` and ``reason`` (the parser's error)."""
-
-    def __init__(self, path: Path, reason: Exception) -> None:
-        super().__init__(f"cannot parse config file {str(path)!r}: {reason}")
-        self.path = path
-        self.reason = reason
-
-
-def read_config_file(path: str | os.PathLike) -> Any:
-    """The data a config file holds: YAML for ``.yaml``/``.yml``, else JSON;
-    None for an empty file. A missing file raises ``FileNotFoundError``, one
-    that cannot be parsed :class:`ConfigFileError`."""
-    p = Path(path)
-    if not p.is_file():
-        raise FileNotFoundError(f"config file {str(p)!r} does not exist")
-    text = p.read_text(encoding="utf-8-sig")
-    try:
-        if p.suffix.lower() in (".yaml", ".yml"):
-            import yaml
-
-            return yaml.safe_load(text)
-        return json.loads(text)
-    except Exception as exc:
-        raise ConfigFileError(p, exc) from None

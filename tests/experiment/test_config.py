@@ -3,6 +3,8 @@ and every field a flag of ``eval`` and ``sweep``."""
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -163,3 +165,69 @@ def test_tie_tolerance_has_a_flag(tmp_path):
     assert _config_of("--config", str(cfg), "--tie-tolerance", "none").tie_tolerance is None
     with pytest.raises(ConfigError, match="'tie_tolerance' must be a finite number >= 0"):
         _config_of("--tie-tolerance", "-1")
+
+
+# ----------------------------------------------------------------------------- config files
+
+
+def _bomb(levels: int = 9) -> str:
+    """A YAML "billion laughs": each level names the one below nine times (9**9 values)."""
+    lines = ['l0: &l0 ["lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol"]']
+    for i in range(1, levels):
+        lines.append(f"l{i}: &l{i} [" + ", ".join([f"*l{i - 1}"] * 9) + "]")
+    return "dataset_params:\n" + "".join(f"  {ln}\n" for ln in lines)
+
+
+@pytest.mark.parametrize(
+    "name, text, needle",
+    [
+        ("empty.yaml", "# only a comment\n", "is empty; expected a mapping of config fields"),
+        ("empty.json", "  \n", "is empty; expected a mapping of config fields"),
+        ("dup.yaml", "method: csa\nstore: exact\nmethod: asif\n",
+         "has the key 'method' twice in one mapping (lines 1 and 3)"),
+        ("dup.yml", "dataset_params:\n  n_images: 10\n  n_images: 20\n", "key 'n_images' twice"),
+        ("dup.json", '{"method": "csa", "method": "asif"}', "has the key 'method' twice"),
+        ("bomb.yaml", _bomb(), "expands its YAML aliases to more than 10000 values"),
+        ("loop.yaml", "dataset_params: &a {x: *a}\n", "alias that contains itself"),
+    ],
+)  # fmt: skip
+def test_a_config_file_that_cannot_be_meant_is_refused_naming_it(tmp_path, name, text, needle):
+    """An empty file, a key given twice (the last silently won) and an alias bomb (a
+    1 KB file that ran for minutes) are refused before the config is built."""
+    import time
+
+    from imsearch_align.experiment.config_file import ConfigFileError
+
+    p = tmp_path / name
+    p.write_text(text)
+    t = time.perf_counter()
+    with pytest.raises(ConfigFileError, match=re.escape(needle)) as err:
+        ExperimentConfig.from_file(p)
+    assert time.perf_counter() - t < 5
+    assert str(p) in str(err.value)
+
+
+def test_a_config_file_that_is_a_directory_or_too_large_is_refused(tmp_path):
+    from imsearch_align.experiment.config_file import (
+        MAX_CONFIG_BYTES,
+        ConfigFileError,
+        read_config_file,
+    )
+
+    with pytest.raises(ConfigFileError, match="is a directory; expected a YAML or JSON file"):
+        read_config_file(tmp_path)
+    big = tmp_path / "big.json"
+    big.write_text('{"name": "' + "x" * MAX_CONFIG_BYTES + '"}')
+    with pytest.raises(ConfigFileError, match=f"expected at most {MAX_CONFIG_BYTES}"):
+        read_config_file(big)
+
+
+def test_yaml_anchors_and_merge_keys_still_work(tmp_path):
+    p = tmp_path / "ok.yaml"
+    p.write_text(
+        "dataset: synthetic\ndataset_params: &d {n_images: 200, d_image: 8}\n"
+        "support_dataset: synthetic\nsupport_dataset_params: {<<: *d, n_images: 100}\n"
+    )
+    cfg = ExperimentConfig.from_file(p)
+    assert cfg.support_dataset_params == {"n_images": 100, "d_image": 8}
+    assert cfg.dataset_params == {"n_images": 200, "d_image": 8}

@@ -17,6 +17,7 @@ The result says which (``details["protocol"]``).
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 from typing import Any
 
@@ -36,6 +37,8 @@ from imsearch_align.framework.registry import TASKS
 from imsearch_align.framework.validation import is_sparse
 
 __all__ = ["Classification", "class_prompts", "class_vectors"]
+
+log = logging.getLogger(__name__)
 
 
 def class_prompts(class_names: Sequence[str], templates: Sequence[str]) -> list[str]:
@@ -153,6 +156,9 @@ class Classification(Task):
             searcher = ClassMappingStore(ctx.store, T, C)
         # acc5 is always reported when there are 5 classes, whatever k_values says.
         ks = sorted({x for x in cfg.k_values if x <= C} | ({5} if C >= 5 else set())) or [C]
+        if ks != list(cfg.k_values):  # said, not silent: HitRate@k over C classes
+            log.warning("classification over %d classes reports HitRate@k for k in %s, not k_values "
+                        "%s (k above the class count dropped, 5 added for acc5)", C, ks, list(cfg.k_values))  # fmt: skip
         test_ids = ctx.ids("image")
         ranking = index_and_evaluate(
             ctx,
