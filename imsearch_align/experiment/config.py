@@ -42,6 +42,7 @@ from imsearch_align.experiment.config_values import (
     plain,
 )
 from imsearch_align.experiment.templates import DEFAULT_OUTPUT_TEMPLATE, check_template
+from imsearch_align.framework.secrets import redact_uri
 
 __all__ = [
     "DEFAULT_OUTPUT_TEMPLATE",
@@ -57,6 +58,15 @@ ENSEMBLES = ("mean", "best")
 
 
 # ----------------------------------------------------------------------------- flags
+
+
+def _recorded(key: str, value: Any) -> Any:
+    """A parameter's value as recorded: a secret key masked, a URI without its user info."""
+    if is_secret(key):
+        return "***"
+    if isinstance(value, str) and "://" in value:
+        return redact_uri(value)
+    return value
 
 
 @dataclass(frozen=True)
@@ -331,10 +341,12 @@ class ExperimentConfig:
         return json.loads(json.dumps(self._record))
 
     def _make_record(self) -> dict[str, Any]:
+        """The config as results record it: secrets masked (a ``token``-like key's
+        value, the user info of any URI in a parameter), so no file holds them."""
         out = {f.name: plain(getattr(self, f.name)) for f in dataclasses.fields(self)}
         for name, value in out.items():
             if name.endswith("_params") and isinstance(value, dict):
-                out[name] = {k: "***" if is_secret(k) else v for k, v in value.items()}
+                out[name] = {k: _recorded(k, v) for k, v in value.items()}
         return out
 
     def replace(self, **changes: Any) -> ExperimentConfig:
