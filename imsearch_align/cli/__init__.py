@@ -4,6 +4,7 @@
     imsearch-align sweep --config base.yaml --methods csa asif procrustes --n-support 100 1000 all
     imsearch-align build results/ --output benchmark.csv --markdown leaderboard.md
     imsearch-align plot  results/ --output-dir plots
+    imsearch-align report results/            # one self-contained HTML page
     imsearch-align embed --dataset shapes --image-encoder efficientnet-lite0 --text-encoder sentence-transformers
     imsearch-align eval  --task matching --dataset shapes --method csa
     imsearch-align list [datasets [NAME]|encoders|methods|stores|tasks|metrics|perturbations]

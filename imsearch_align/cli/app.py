@@ -21,6 +21,7 @@ from imsearch_align.cli.embed import add_embed_command
 from imsearch_align.cli.listing import add_list_command
 from imsearch_align.cli.report import add_report_commands
 from imsearch_align.cli.run import add_run_commands
+from imsearch_align.report_html.cli import add_report_command
 
 __all__ = ["build_parser", "main", "verbosity"]
 
@@ -77,6 +78,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub.required = True
     add_run_commands(sub, [plugin])
     add_report_commands(sub, [plugin])
+    add_report_command(sub, [plugin])
     add_embed_command(sub, [plugin])
     add_list_command(sub, [plugin])
     add_doctor_command(sub, [plugin])

@@ -13,11 +13,13 @@ from __future__ import annotations
 import re
 from urllib.parse import unquote
 
-__all__ = ["MASK", "redact_text", "redact_uri", "uri_secret"]
+__all__ = ["MASK", "redact_text", "redact_uri", "redact_uris", "uri_secret"]
 
 #: What a removed secret is shown as.
 MASK = "***"
 
+#: The user info of a URI inside free text (``scheme://user:password@``).
+_USERINFO_IN_TEXT = re.compile(r"([A-Za-z][A-Za-z0-9+.\-]*://)[^/\s@]+@")
 #: ``scheme://`` then the authority (up to the path, query or fragment).
 _AUTHORITY = re.compile(r"^(?P<scheme>[A-Za-z][A-Za-z0-9+.-]*://)(?P<authority>[^/?#]*)")
 
@@ -59,3 +61,9 @@ def redact_text(text: str, uri: str | None) -> str:
     for form in {secret, unquote(secret)} if secret else ():
         out = out.replace(form, MASK)
     return out
+
+
+def redact_uris(text: str) -> str:
+    """``text`` with the user info (``user:password@``) of every URI in it removed,
+    for free text whose URIs are not known (a page, a command line)."""
+    return _USERINFO_IN_TEXT.sub(r"\1", text)

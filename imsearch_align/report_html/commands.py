@@ -5,7 +5,8 @@ the ``imsearch-align eval`` line that gives the same config (only the
 fields that differ from the defaults, spelled by the CLI's own flags);
 :func:`commands_for` writes one ``sweep`` line for results that form a
 grid of methods x stores x support sizes, else one ``eval`` line each.
-:func:`redact` drops the ``user:password@`` of every URI in a text.
+:func:`redact` (:func:`~imsearch_align.framework.secrets.redact_uris`) drops the
+``user:password@`` of every URI in a text.
 """
 
 from __future__ import annotations
@@ -13,21 +14,16 @@ from __future__ import annotations
 import functools
 import itertools
 import json
-import re
 import shlex
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from imsearch_align.framework.secrets import redact_uris as redact
+
 __all__ = ["commands_for", "eval_command", "redact", "sweep_command"]
 
-_USERINFO = re.compile(r"([A-Za-z][A-Za-z0-9+.\-]*://)[^/\s@]+@")
 #: What a sweep varies, per cell: never part of its shared flags.
 _AXES = ("method", "store", "n_support", "method_params", "store_params")
-
-
-def redact(text: str) -> str:
-    """``text`` with the user information (``user:password@``) of every URI removed."""
-    return _USERINFO.sub(r"\1", text)
 
 
 @functools.cache

@@ -156,6 +156,7 @@ def build_page(found: Collected, *, command: str | None = None) -> str:
             '<html lang="en"><head><meta charset="utf-8">',
             f'<meta http-equiv="Content-Security-Policy" content="{_CSP}">',
             '<meta name="viewport" content="width=device-width, initial-scale=1">',
+            f'<meta name="generator" content="{GENERATOR}">',
             f"<title>imsearch-align report: {esc(found.root)}</title>",
             f"<style>{_CSS}</style></head>",
             "<body><main>",
@@ -179,4 +180,26 @@ def write_report(
 
     found = collect(root)
     path = Path(out) if out is not None else Path(root) / "report.html"
+    _check_replaceable(path)
     return atomic_write(path, build_page(found, command=command))
+
+
+#: The page's generator tag: a file holding it is a report of ours, safe to replace.
+GENERATOR = "imsearch-align report"
+
+
+def _check_replaceable(path: Path) -> None:
+    """Refuse to write over a folder or a file that is not a report of ours."""
+    from imsearch_align.report_html.collect import ReportError
+
+    if path.is_dir():
+        raise ReportError(f"--output {str(path)!r} is a directory; expected an HTML file")
+    if not path.exists() or path.stat().st_size == 0:
+        return
+    with open(path, "rb") as f:
+        head = f.read(4096)
+    if f'<meta name="generator" content="{GENERATOR}">'.encode() not in head:
+        raise ReportError(
+            f"--output {str(path)!r} exists and is not a report written by imsearch-align; "
+            "expected a new file or an earlier report (move the file away to replace it)"
+        )
