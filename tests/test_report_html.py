@@ -161,6 +161,23 @@ def test_a_folder_with_no_result_is_a_clear_error(tmp_path, capsys):
     assert not (tmp_path / "report.html").exists()
 
 
+def test_a_file_that_is_not_a_report_of_ours_is_never_replaced(results_dir, tmp_path, capsys):
+    import argparse
+
+    parser = argparse.ArgumentParser()
+    add_report_command(parser.add_subparsers())
+    mine = tmp_path / "notes.html"
+    mine.write_text("my notes")
+    args = parser.parse_args(["report", str(results_dir), "--output", str(mine)])
+    assert run_report(args) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error: ") and "not a report written by imsearch-align" in err
+    assert mine.read_text() == "my notes"
+    ours = tmp_path / "report.html"
+    again = parser.parse_args(["report", str(results_dir), "--output", str(ours)])
+    assert run_report(again) == 0 and run_report(again) == 0  # an earlier report is replaced
+
+
 def _dominated(p, q) -> bool:
     return q[0] >= p[0] and q[1] >= p[1] and (q[0] > p[0] or q[1] > p[1])
 
