@@ -52,6 +52,7 @@ from imsearch_align.adapters.base import (
     finalize_rows,
     search_closing_ties,
 )
+from imsearch_align.framework.errors import ConfigError
 from imsearch_align.framework.interfaces import SearchResult, StoreUnavailableError
 from imsearch_align.framework.optional import require
 from imsearch_align.framework.registry import STORES
@@ -79,7 +80,6 @@ def _make_folder(path: Path) -> None:
         path.mkdir(parents=True, exist_ok=True)
     except (FileExistsError, NotADirectoryError):
         # Imported on use: the experiment package imports the stores.
-        from imsearch_align.experiment.config_values import ConfigError
 
         where = "an existing file" if path.exists() else "under a file"
         raise ConfigError(

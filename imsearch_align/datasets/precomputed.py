@@ -16,7 +16,7 @@ text row), or a text array of ``n_images * k`` rows (``k`` captions per
 image, image-major), or a 3-D ``(n_images, k, d)`` text array.
 
 A file that cannot be what its parameter needs (no rows, ragged rows, ids
-that do not match the rows) raises :class:`~imsearch_align.experiment.ConfigError`
+that do not match the rows) raises :class:`~imsearch_align.framework.errors.ConfigError`
 (a ValueError) naming the file, what was expected and what came: the command
 line answers it with exit 2 before any encoding.
 """
@@ -32,6 +32,7 @@ import numpy as np
 from imsearch_align.datasets._local import hub_download
 from imsearch_align.datasets.base import EmbeddedDataset, PairedDataset
 from imsearch_align.datasets.vectors import check_zero_rows
+from imsearch_align.framework.errors import ConfigError
 from imsearch_align.framework.registry import DATASETS
 
 __all__ = ["load_precomputed", "read_embeddings"]
@@ -45,7 +46,6 @@ _PICKLE_WHY = (
 def _bad_input(message: str) -> ValueError:
     """A bad input file as the package's usage error (exit 2 on the command line)."""
     # Imported on use: the experiment package imports the datasets.
-    from imsearch_align.experiment.config_values import ConfigError
 
     return ConfigError(message)
 

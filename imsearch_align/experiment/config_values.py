@@ -23,15 +23,13 @@ from typing import Any
 
 import numpy as np
 
+from imsearch_align.framework.errors import ConfigError
+
 __all__ = ["ConfigError", "coerce", "digest_value", "is_secret", "one_of", "plain"]
 
 #: Lists longer than this in a parameter are recorded by digest, not inline.
 MAX_INLINE_LIST = 64
 SECRET_WORDS = ("token", "password", "secret", "api_key", "apikey")
-
-
-class ConfigError(ValueError):
-    """A config field has the wrong type or value; the message names the field."""
 
 
 # ----------------------------------------------------------------------------- field checks
