@@ -34,7 +34,7 @@ import pandas as pd
 
 from imsearch_align import Qrels, Run, SearchResult, evaluate
 from imsearch_align.framework.evaluator import BenchmarkEvaluator
-from imsearch_align.framework.measures import default_measures
+from imsearch_align.framework.measures import default_measures, needs_vectors
 
 MEASURES = ["P@10", "R@10", "nDCG@10", "AP@100", "RR@10", "HitRate@5", "Accuracy"]
 TREC_KEYS = {
@@ -132,7 +132,8 @@ def make_frame(nq: int, ndoc: int, depth: int, seed: int = 1):
 def run_frame(quick: bool = False) -> tuple[list[dict], dict]:
     """The evaluate_frame part: rows and details."""
     nq, ndoc, depth = (2_500, 10_000, 25) if quick else (25_000, 100_000, 25)
-    measures = default_measures((1, 5, 10, 25))
+    # the evaluator scores judgement measures; Diversity needs the vectors (score_ranking)
+    measures = [m for m in default_measures((1, 5, 10, 25)) if not needs_vectors(m)]
     df, ids, scores = make_frame(nq, ndoc, depth)
     store = PrecomputedStore(ids, scores)
     vectors = np.arange(nq, dtype=np.float32)[:, None]  # row index: what the store keys on

@@ -8,7 +8,8 @@ from the ranked results and the relevance judgements. Each entry says, once:
   CLIP_benchmark alias (``"–"`` where it has none);
 * ``definition``: one line, as in the README;
 * ``cutoff``: whether the name takes ``@k``; ``default``: whether the
-  experiment reports it at every ``k`` of ``k_values``;
+  experiment reports it at every ``k`` of ``k_values`` (only at the largest
+  with ``default_largest_k``);
 * ``label``: a short display label (``{k}`` is the cutoff);
 * ``kernel``: ``kernel(hits, k) -> (n_queries,) float64``, the value under
   the tie rule, a segment reduction over the sparse hit structure
@@ -20,7 +21,15 @@ from the ranked results and the relevance judgements. Each entry says, once:
   without one is refused by tie-aware evaluation, which every experiment uses;
 * ``same_as``: for a name without cutoff, the ``(family, k)`` it is computed as;
 * ``per_extra_score``: reported again for every extra score column a store
-  returns (nDCG).
+  returns (nDCG);
+* ``vector_kernel``: instead of ``kernel``, for a measure of the returned
+  documents' **indexed vectors** rather than of the judgements (diversity):
+  ``vector_kernel(vecs, rows, groups, k) -> (n,) float64``, its expected
+  value over tie orders where ``groups`` are given
+  (:mod:`~imsearch_align.framework.diversity`).
+  :func:`~imsearch_align.framework.ranking.score_ranking`, which holds the
+  indexed vectors, computes it; ``evaluate`` and ``tie_aware_evaluate``,
+  which have judgements only, refuse it.
 
 Adding a measure is one :class:`Measure` entry: parsing
 (:func:`parse_measure`), the default list (:func:`default_measures`), kernel
@@ -35,7 +44,7 @@ ranking kernel by the task that reports them (classification, matching,
 multi-label, linear probe, captioning, ANN fidelity); :func:`list_rows`
 lists them so that the CLI shows them beside the ranking measures.
 
-This module imports numpy, its two kernel modules and the task table only.
+This module imports numpy, its three kernel modules and the task table only.
 """
 
 from __future__ import annotations
@@ -49,6 +58,7 @@ import numpy as np
 
 from imsearch_align.framework import hit_kernels as hk
 from imsearch_align.framework import tie_kernels as tk
+from imsearch_align.framework.diversity import VectorKernel, diversity
 from imsearch_align.framework.hit_kernels import Hits, Kernel
 from imsearch_align.framework.task_measures import (
     TASK_MEASURES,
@@ -74,6 +84,7 @@ __all__ = [
     "lookup",
     "lookup_tie_kernel",
     "markdown_table",
+    "needs_vectors",
     "parse_measure",
     "task_markdown_table",
     "tie_aware_names",
@@ -98,13 +109,23 @@ class Measure:
     cutoff: bool
     default: bool
     label: str
-    kernel: Kernel = field(repr=False)
+    #: The value from the judgements (None only for a measure of the vectors).
+    kernel: Kernel | None = field(default=None, repr=False)
     #: The expected value over the orders of tied documents (None: no tie-aware form).
     tie_kernel: TieKernel | None = field(default=None, repr=False)
     #: For a name without cutoff (required there): the ``(family, k)`` it is computed as.
     same_as: tuple[str, int] | None = None
     #: Reported again for every extra score column a store returns (nDCG only).
     per_extra_score: bool = False
+    #: Instead of ``kernel``: the value from the ranked documents' indexed vectors.
+    vector_kernel: VectorKernel | None = field(default=None, repr=False)
+    #: With ``default``: reported at the largest ``k`` of ``k_values`` only.
+    default_largest_k: bool = False
+
+    @property
+    def needs_vectors(self) -> bool:
+        """Whether it is computed from the indexed vectors, not the judgements."""
+        return self.vector_kernel is not None
 
     @property
     def family(self) -> str:
@@ -187,6 +208,18 @@ MEASURES: tuple[Measure, ...] = (
         tie_kernel=tk.expected_hit_rate,
     ),
     Measure(
+        "Diversity@k",
+        "–",
+        "–",
+        "1 - mean cosine over the pairs of the top k docs' **indexed vectors** "
+        "(imsearch_eval's `diversity`, 1 - intra-list similarity; 0 below two docs)",
+        cutoff=True,
+        default=True,
+        label="diversity@{k}",
+        vector_kernel=diversity,
+        default_largest_k=True,
+    ),
+    Measure(
         "Accuracy",
         "success_1",
         "acc1",
@@ -209,6 +242,12 @@ class _Index:
 
     def __init__(self, table: tuple[Measure, ...]) -> None:
         self.table = table
+        for m in table:
+            if (m.kernel is None) == (m.vector_kernel is None):
+                raise ValueError(
+                    f"measures: entry {m.name!r} must have exactly one of kernel (from the "
+                    "judgements) and vector_kernel (from the indexed vectors)"
+                )
         self.by_family = {m.family: m for m in table if m.cutoff}
         self.fixed = {m.name: m for m in table if not m.cutoff}
         for m in self.fixed.values():
@@ -299,10 +338,11 @@ def parse_measure(name: str) -> tuple[str, int]:
 
 
 def default_measures(k_values: Iterable[int]) -> list[str]:
-    """The measures an experiment reports: every default family at each ``k``, then the rest.
+    """The measures an experiment reports: every default family at each ``k``,
+    those reported at the largest ``k`` only, then the rest.
 
     ``default_measures([1, 10])`` is ``P@1, R@1, nDCG@1, AP@1, RR@1,
-    HitRate@1, P@10, ..., HitRate@10, Accuracy``.
+    HitRate@1, P@10, ..., HitRate@10, Diversity@10, Accuracy``.
     """
     ks = list(dict.fromkeys(k_values))
     for k in ks:
@@ -310,7 +350,10 @@ def default_measures(k_values: Iterable[int]) -> list[str]:
             raise TypeError(f"k_values: every k must be an integer, got {type(k).__name__} {k!r}")
         if not 1 <= k <= MAX_K:
             raise ValueError(f"k_values: every k must be in [1, {MAX_K}], got {k}")
-    out = [m.at(int(k)) for k in ks for m in MEASURES if m.default and m.cutoff]
+    every = [m for m in MEASURES if m.default and m.cutoff and not m.default_largest_k]
+    out = [m.at(int(k)) for k in ks for m in every]
+    if ks:
+        out += [m.at(int(max(ks))) for m in MEASURES if m.default and m.default_largest_k]
     return out + [m.name for m in MEASURES if m.default and not m.cutoff]
 
 
@@ -323,11 +366,32 @@ def display_label(name: str) -> str:
 # ----------------------------------------------------------------------------- dispatch
 
 
+def _vectors_needed(name: str) -> str:
+    """Why a measure of the vectors cannot be computed from judgements."""
+    return (
+        f"measure {name!r} is computed from the indexed vectors of the returned documents, "
+        "not from relevance judgements; score the ranking with "
+        "imsearch_align.framework.ranking.score_ranking (as an experiment does), "
+        "which holds the indexed documents"
+    )
+
+
+def needs_vectors(name: str) -> bool:
+    """Whether a canonical measure name is computed from the indexed vectors."""
+    return lookup(name)[0].needs_vectors
+
+
 def compute(hits: Hits, measures: Sequence[str]) -> dict[str, np.ndarray]:
-    """Every named measure from ``hits`` (``name -> (n_queries,) float64``)."""
+    """Every named measure from ``hits`` (``name -> (n_queries,) float64``).
+
+    A measure of the vectors (``Diversity@k``) raises ``ValueError``: hits hold
+    judgements only.
+    """
     out: dict[str, np.ndarray] = {}
     for name in measures:
         meas, k = lookup(name)
+        if meas.kernel is None:
+            raise ValueError(_vectors_needed(name))
         out[name] = meas.kernel(hits, k)
     return out
 
@@ -344,6 +408,8 @@ def lookup_tie_kernel(name: str) -> tuple[TieKernel, int]:
     ``tie_kernel`` raises ``ValueError`` naming the ones that have one.
     """
     meas, k = lookup(name)
+    if meas.needs_vectors:
+        raise ValueError(_vectors_needed(name))
     if meas.tie_kernel is None:
         *head, last = tie_aware_names()
         raise ValueError(

@@ -46,7 +46,9 @@ def _trec_name(meas: M.Measure, k: int) -> str | None:
 
 def test_every_entry_parses_at_any_cutoff_and_has_a_kernel():
     for meas in M.MEASURES:
-        assert callable(meas.kernel)
+        # exactly one kernel: from the judgements, or from the indexed vectors
+        assert callable(meas.kernel) != callable(meas.vector_kernel)
+        assert meas.needs_vectors == (meas.vector_kernel is not None)
         if meas.cutoff:
             for k in (1, 7, 100, M.MAX_K):
                 assert M.lookup(meas.at(k)) == (meas, k)
@@ -64,6 +66,10 @@ def test_every_kernel_matches_pytrec_eval(seed):
     names = [f"q{q}" for q in range(nq)]
     run = Run.from_arrays(names, ids, scores)
     for meas in M.MEASURES:
+        if (
+            meas.needs_vectors
+        ):  # not a function of the judgements (tests/framework/test_diversity.py)
+            continue
         ks = KS if meas.cutoff else (M.lookup(meas.name)[1],)
         for k in ks:
             name = meas.at(k)
@@ -134,6 +140,7 @@ def test_default_measures_per_k_then_accuracy():
         "AP@10",
         "RR@10",
         "HitRate@10",
+        "Diversity@10",  # default_largest_k: at the largest k only
         "Accuracy",
     ]
     assert M.default_measures([5, 5]) == M.default_measures([5])
@@ -142,6 +149,7 @@ def test_default_measures_per_k_then_accuracy():
     with pytest.raises(TypeError, match="k_values: every k must be an integer, got str '5'"):
         M.default_measures(["5"])
     assert M.default_measures([np.int64(3)])[0] == "P@3"
+    assert [m for m in M.default_measures([10, 5]) if m.startswith("Diversity")] == ["Diversity@10"]
 
 
 def test_adding_a_measure_is_one_entry(monkeypatch):
@@ -306,6 +314,18 @@ def test_unknown_names_suggest_ours():
         M.lookup("P@0")
     with pytest.raises(ValueError, match="unknown measure 3"):
         M.lookup(3)  # type: ignore[arg-type]
+
+
+def test_an_entry_has_exactly_one_kernel(monkeypatch):
+    table = M.MEASURES
+    none = dataclasses.replace(table[0], name="X@k", kernel=None)
+    both = dataclasses.replace(M.lookup("Diversity@5")[0], name="Y@k", kernel=table[0].kernel)
+    monkeypatch.setattr(M, "MEASURES", (*table, none))
+    with pytest.raises(ValueError, match="entry 'X@k' must have exactly one of kernel"):
+        M.lookup("P@1")
+    monkeypatch.setattr(M, "MEASURES", (*table, both))
+    with pytest.raises(ValueError, match="entry 'Y@k' must have exactly one of kernel"):
+        M.lookup("P@1")
 
 
 def test_an_entry_without_cutoff_must_say_what_it_is(monkeypatch):

@@ -14,6 +14,15 @@ beside it are the store's own run. When rescoring and closing changed
 nothing (the same run) and no document repeats in a row, the tie-aware
 pass's tie-rule evaluation *is* the store's and is used as it is; otherwise
 the store's run is a different run and is scored on its own.
+
+Measures of the indexed vectors (``Diversity@k``: an entry with a
+``vector_kernel`` in :mod:`~imsearch_align.framework.measures`) are
+computed here, where the documents are: the reported value on the true
+ranking, as the expected value over the orders of the tie groups crossing
+the cut-off (the groups the tie-aware pass uses), the tie-rule value on the
+store's run in its order. Failed and missing queries score 0, as in every
+measure. They are refused for a searcher whose ids are not rows of
+``docs`` (``rescore=False``: classification's classes have no vector).
 """
 
 from __future__ import annotations
@@ -29,6 +38,7 @@ import pandas as pd
 from imsearch_align.framework.evaluator import BenchmarkEvaluator, Searched
 from imsearch_align.framework.evaluator.scoring import score
 from imsearch_align.framework.interfaces import NO_HIT, CollectionCatalog, VectorStoreAdapter
+from imsearch_align.framework.measures import needs_vectors
 from imsearch_align.framework.metrics import EvaluationResult, Qrels, Run, bootstrap_ci
 from imsearch_align.framework.ranking.result import RankingResult, SearchTimings
 from imsearch_align.framework.ranking.tie_aware import (
@@ -39,6 +49,7 @@ from imsearch_align.framework.ranking.tie_aware import (
     tie_summary,
     tolerance_for,
 )
+from imsearch_align.framework.ranking.vectors import VectorMeasures
 from imsearch_align.framework.ties import TieAwareResult, tie_aware_evaluate
 
 __all__ = ["RankingSettings", "Scored", "score_ranking"]
@@ -108,17 +119,22 @@ def score_ranking(
 
     ``rescore``: the store's ids are rows of ``docs``, so near-tie scores can
     be recomputed from the vectors (False for a searcher that maps them to
-    something else, e.g. classes: its scores stand).
+    something else, e.g. classes: its scores stand, and measures of the
+    vectors are refused).
 
     Raises:
+        ValueError: a measure of the vectors asked with ``rescore=False``, or
+            without a measure of the judgements beside it.
         EvaluationAborted: the store became unavailable; ``err.partial`` is the
             :class:`RankingResult` of the finished batches (tie-rule values).
     """
+    judged = tuple(m for m in settings.measures if not needs_vectors(m))
+    vectored = VectorMeasures.of(settings.measures, docs, doc_ids, rescore)
     ev = BenchmarkEvaluator(
         store,
         collection,
         k=settings.k + 1,
-        measures=settings.measures,
+        measures=judged,
         batch_size=settings.batch_size,
         workers=settings.workers,
         progress=settings.progress,
@@ -133,10 +149,9 @@ def score_ranking(
         plain, errors, notes = score(searched, qrels, ev.measures)
         searched.log_failures(len(plain.failed_queries), queries.shape[0])
         intervals = plain.confidence_intervals(n_resamples=settings.n_bootstrap, seed=settings.seed)
+        metrics = {**plain.mean(), **vectored.means(vectored.values(searched.run, None, plain))}
         metrics_s = time.perf_counter() - t0
-        partial = facts.result(
-            searched, plain, errors, notes, plain.mean(), {}, intervals, metrics_s
-        )
+        partial = facts.result(searched, plain, errors, notes, metrics, {}, intervals, metrics_s)
         raise searched.aborted(partial, len(plain.failed_queries), len(plain.query_ids))
     closed = _true_ranking(
         store, collection, searched.run, docs, doc_ids, queries, query_ids, settings, rescore
@@ -156,8 +171,10 @@ def score_ranking(
     searched.log_failures(len(plain.failed_queries), queries.shape[0])
     metrics = plain.mean()
     tie_rule = {m: metrics[m] for m in ta.measures}
-    metrics = {**metrics, **ta.mean()}
-    intervals = _intervals(plain, ta, settings)
+    vec, vec_rule = vectored.expected_and_rule(closed.run, closed.tol, searched.run, plain)
+    metrics = {**metrics, **ta.mean(), **vectored.means(vec)}
+    tie_rule.update(vectored.means(vec_rule))
+    intervals = _intervals(plain, ta, settings, vec)
     metrics_s = time.perf_counter() - t0
     result = facts.result(searched, plain, errors, notes, metrics, tie_rule, intervals, metrics_s)
     ties = tie_summary(
@@ -170,7 +187,7 @@ def score_ranking(
         error=closed.reach,
     )
     result = replace(result, ties=ties)
-    frame = _per_query(name, plain, errors, ta)
+    frame = _per_query(name, plain, errors, ta, vec)
     return Scored(result, frame, searched.run)
 
 
@@ -240,14 +257,19 @@ def _repeats(run: Run) -> bool:
 
 
 def _intervals(
-    plain: EvaluationResult, ta: TieAwareResult, settings: RankingSettings
+    plain: EvaluationResult,
+    ta: TieAwareResult,
+    settings: RankingSettings,
+    vec: dict[str, np.ndarray],
 ) -> dict[str, tuple[float, float]]:
-    """Bootstrap intervals of the reported values: the tie-aware ones, and the
-    store's for measures without a tie-aware value (extra score columns). The
-    bootstrap runs once, over them (the tie-rule intervals are not computed)."""
+    """Bootstrap intervals of the reported values: the tie-aware ones, the
+    store's for measures without a tie-aware value (extra score columns), and
+    the measures of the vectors. The bootstrap runs once, over them (the
+    tie-rule intervals are not computed)."""
     others = [m for m in plain.measures if m not in ta.values]
     cols = [ta.values[m] for m in ta.measures] + [plain.values[m] for m in others]
-    names = [*ta.measures, *others]
+    cols += list(vec.values())
+    names = [*ta.measures, *others, *vec]
     if not (len(plain.query_ids) and names):
         return {m: (float("nan"), float("nan")) for m in names}
     lo, hi = bootstrap_ci(
@@ -257,7 +279,11 @@ def _intervals(
 
 
 def _per_query(
-    name: str, plain: EvaluationResult, errors: dict[Any, str], ta: TieAwareResult
+    name: str,
+    plain: EvaluationResult,
+    errors: dict[Any, str],
+    ta: TieAwareResult,
+    vec: dict[str, np.ndarray],
 ) -> pd.DataFrame:
     """The per-query table: each tie-aware measure's column holds the value its
     mean is reported from (the expected value over the orders of tied
@@ -281,6 +307,8 @@ def _per_query(
     for m in ta.measures:
         if m in cols:
             cols[m] = np.asarray(ta.values[m])[pos]
+    if vec:  # after the other measures, before missing/failed/error
+        cols = {**{c: cols.pop(c) for c in [*cols][: 1 + len(plain.measures)]}, **vec, **cols}
     frame = pd.DataFrame(cols)
     frame.insert(0, "ranking", name)
     return frame
