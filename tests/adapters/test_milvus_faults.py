@@ -464,6 +464,76 @@ def test_concurrent_searches_equal_serial_ones(milvus_lite_server: ServerHandle)
         store.close()
 
 
+def test_concurrent_first_searches_wait_once_and_see_every_row(
+    milvus_lite_server: ServerHandle, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Eight threads search right after an insert: one readiness wait, every row in each answer."""
+    from imsearch_align.adapters.milvus import store as store_module
+
+    calls: list[int] = []
+    real = store_module.wait_searchable
+
+    def counted(*args: Any, **kw: Any) -> Any:
+        calls.append(threading.get_ident())
+        return real(*args, **kw)
+
+    monkeypatch.setattr(store_module, "wait_searchable", counted)
+    name = unique_collection_name("first_searches")
+    store, (X, ids, Q) = _filled(milvus_lite_server.uri, name)
+    try:
+        gate = threading.Barrier(8)
+
+        def job() -> SearchResult:
+            gate.wait()
+            return store.search(name, Q, N)
+
+        runs = [_in_thread(job) for _ in range(8)]
+        for th, out in runs:
+            th.join(60)
+            assert "error" not in out, out.get("error")
+            assert (out["result"].ids >= 0).all()  # k = N: every inserted row
+        assert len(calls) == 1
+        _assert_true_topk(store.search(name, Q, K), X, ids, Q, K)
+        assert len(calls) == 1  # nothing inserted since: no new wait
+    finally:
+        store.drop_collection(name)
+        store.close()
+
+
+def test_lite_directory_held_by_another_process_is_named(tmp_path: Any) -> None:
+    """The lock case keeps its message, now certain: the LOCK file another process holds."""
+    import subprocess
+    import sys
+
+    uri = str(tmp_path / "held.db")
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import sys, time\n"
+            "from imsearch_align.adapters.milvus import MilvusStore\n"
+            f"s = MilvusStore(uri={uri!r}); s.list_collections()\n"
+            "print('held', flush=True); time.sleep(120)\n",
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
+        store = MilvusStore(uri=uri)
+        with pytest.raises(MilvusStoreError) as err:
+            store.list_collections()
+        assert str(err.value) == (
+            f"uri: Milvus Lite could not open {uri!r}: another process is using this data "
+            f"directory (it holds {os.path.join(uri, 'LOCK')}); Milvus Lite allows one "
+            "process per directory"
+        )
+        store.close()
+    finally:
+        holder.kill()
+        holder.wait(10)
+
+
 # --------------------------------------------------------------------------
 # provenance (issue 13.4)
 

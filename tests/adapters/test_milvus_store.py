@@ -339,6 +339,9 @@ def test_rows_removed_behind_the_store_fail_loudly(env: Env) -> None:
         env.store.insert(name, X, ids)
         assert (env.store.search(name, Q[:2], N).ids >= 0).all()
         raw.delete(name, ids=ids[:5].tolist())  # another client, bypassing ownership
+        # The deleting client waits until its delete is visible (as a writer
+        # does); the store's Bounded searches see it from then on.
+        raw.query(name, filter="", output_fields=["count(*)"], consistency_level="Strong")
         with pytest.raises(MilvusStoreError, match=rf"lost rows .*counted {N}.*holds {N - 5}"):
             env.store.search(name, Q[:2], N)
     finally:
@@ -349,7 +352,8 @@ def test_rows_removed_behind_the_store_fail_loudly(env: Env) -> None:
 @integration
 def test_rows_added_by_another_client_are_searched(env: Env) -> None:
     """The store's own count is not a bound on what a FLAT search asks for:
-    rows another client added since (same owner) come back, min(k, held)."""
+    rows another client added since (same owner) and made searchable come
+    back, min(k, held)."""
     if env.kind == "lite_file":
         pytest.skip("needs a second client of the same server")
     X, ids, Q, _ = _dense_data(12)
@@ -360,6 +364,7 @@ def test_rows_added_by_another_client_are_searched(env: Env) -> None:
         env.store.insert(name, X[:5], ids[:5])
         assert (env.store.search(name, Q[:2], 3).ids >= 0).all()  # the store counted 5
         other.insert(name, X[5:40], ids[5:40])
+        other.make_searchable(name)  # the writer's wait; Bounded readers see the rows after it
         got = env.store.search(name, Q[:2], 10)
         _assert_same_topk(got, _exact(X[:40], ids[:40], Q[:2], 10))
     finally:
@@ -476,6 +481,152 @@ def test_lite_file_survives_release_and_reopen(tmp_path: Any) -> None:
     # An existing directory is a Lite uri too.
     with MilvusStore(uri=uri + "/") as s:
         assert s.is_lite and s.count("keep") == N
+
+
+# --------------------------------------------------------------------------
+# consistency: Bounded by default, every row searchable after one wait (issue 29)
+
+LEVELS = ["Strong", "Bounded", "Session", "Eventually"]
+
+
+def _gaussian(n: int, seed: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Gaussian rows (no ties), shuffled ids, queries."""
+    rng = np.random.default_rng(seed)
+    X = rng.standard_normal((n, DIM)).astype(np.float32)
+    ids = rng.choice(10**6, size=n, replace=False).astype(np.int64)
+    return X, ids, rng.standard_normal((NQ, DIM)).astype(np.float32)
+
+
+@integration
+@pytest.mark.parametrize("level", [None, *LEVELS])
+def test_search_right_after_insert_sees_every_row(env: Env, level: str | None) -> None:
+    """Insert, then search at once: every row is in the answer (k = n) and the
+    top-k equals brute force, at the default level (Bounded) and every other;
+    rows inserted after a search are waited for again."""
+    kw = {} if level is None else {"consistency_level": level}
+    store = MilvusStore(uri=env.uri, token=TOKEN, **kw)
+    X, ids, Q = _gaussian(N, 21)
+    name = unique_collection_name(f"fresh_{(level or 'default').lower()}")
+    store.create_collection(name, DIM)
+    try:
+        store.insert(name, X[:250], ids[:250])
+        store.insert(name, X[250:300], ids[250:300])
+        every = store.search(name, Q[:3], 300)
+        assert (every.ids >= 0).all(), "a row inserted before the search is missing"
+        for row in every.ids:
+            assert sorted(row.tolist()) == sorted(ids[:300].tolist())
+        got = store.search(name, Q, 10)
+        want = _exact(X[:300], ids[:300], Q, 10)
+        np.testing.assert_array_equal(got.ids, want.ids)
+        np.testing.assert_allclose(got.scores, want.scores, rtol=1e-5, atol=1e-5)
+        ready = store.make_searchable(name)
+        assert ready["rows"] == 300 and store.count(name) == 300
+        store.insert(name, X[300:], ids[300:])  # after a search: waited for again
+        got = store.search(name, Q, 10)
+        np.testing.assert_array_equal(got.ids, _exact(X, ids, Q, 10).ids)
+        assert store.make_searchable(name)["rows"] == N == store.count(name)
+    finally:
+        store.drop_collection(name)
+        store.close()
+
+
+@integration
+def test_default_level_is_bounded_and_recorded(env: Env) -> None:
+    """The level every search used reaches the result: ``provenance.store``."""
+    from imsearch_align.experiment.provenance import capture
+
+    store = MilvusStore(uri=env.uri, token=TOKEN)
+    strong = MilvusStore(uri=env.uri, token=TOKEN, consistency_level="Strong")
+    try:
+        assert store.consistency_level == "Bounded"
+        assert "consistency_level='Bounded'" in repr(store)
+        assert store.provenance()["consistency_level"] == "Bounded"
+        assert capture(store).to_dict()["store"]["consistency_level"] == "Bounded"
+        assert capture(strong).to_dict()["store"]["consistency_level"] == "Strong"
+    finally:
+        store.close()
+        strong.close()
+
+
+@integration
+def test_readiness_waits_for_the_index_and_times_out_clearly(env: Env) -> None:
+    """An HNSW collection: the wait covers the index and the load; a wait
+    given no time names the step it did not reach (Milvus 2.3.5 hands the
+    indexed segments to the query node seconds after the flush)."""
+    X, ids, Q = _gaussian(N, 22)
+    name = unique_collection_name("ready_hnsw")
+    kw: dict[str, Any] = {"index": "HNSW", "index_params": {"M": 8, "efConstruction": 64}}
+    if env.kind == "milvus235":
+        hasty = MilvusStore(uri=env.uri, token=TOKEN, ready_timeout_s=0, **kw)
+        hasty.create_collection(name, DIM)
+        try:
+            hasty.insert(name, X, ids)
+            with pytest.raises(MilvusStoreError) as err:
+                hasty.search(name, Q, 5)
+            msg = str(err.value)
+            assert f"collection {name!r} at {env.uri} is not searchable after 0 s" in msg
+            assert "(ready_timeout_s)" in msg and "not reached; the server reports" in msg
+            assert TOKEN not in msg
+        finally:
+            hasty.drop_collection(name)
+            hasty.close()
+    store = MilvusStore(uri=env.uri, token=TOKEN, search_params={"ef": 64}, **kw)
+    store.create_collection(name, DIM)
+    try:
+        store.insert(name, X, ids)
+        ready = store.make_searchable(name)
+        assert ready["rows"] == N and min(ready.values()) >= 0
+        got = store.search(name, Q, 10)
+        assert (got.ids >= 0).all()
+        want = _exact(X, ids, Q, 10)
+        recall = np.mean([len(set(g) & set(w)) / 10 for g, w in zip(got.ids, want.ids)])
+        assert recall >= 0.9, recall
+    finally:
+        store.drop_collection(name)
+        store.close()
+
+
+@pytest.mark.parametrize("bad", ["Sometimes", "strong", "Customized", "", None, 2])
+def test_unknown_consistency_level_is_refused_naming_the_levels(bad: Any) -> None:
+    with pytest.raises(ValueError) as err:
+        MilvusStore(uri="http://127.0.0.1:1", consistency_level=bad)
+    assert str(err.value) == (
+        "consistency_level must be one of ['Strong', 'Bounded', 'Session', 'Eventually'], "
+        f"got {bad!r}"
+    )
+
+
+@pytest.mark.parametrize(
+    ("content", "found"),
+    [
+        (b'{"my": "notes"}', "a text file of 15 bytes"),
+        (b"", "an empty file"),
+        (b"SQLite format 3\x00" + bytes(84), "an SQLite database file of 100 bytes"),
+        (bytes(range(8)), "a binary file of 8 bytes"),
+    ],
+)
+def test_lite_path_that_is_an_ordinary_file_is_named_as_such(
+    tmp_path: Any, content: bytes, found: str
+) -> None:
+    """Issue 28: not blamed on "another process"; the file is left as it was."""
+    path = tmp_path / "notes.db"
+    path.write_bytes(content)
+    want = (
+        f"uri: {str(path)!r} is {found}, not a Milvus Lite database; expected a Milvus Lite "
+        "database (Milvus Lite 3 keeps one as a directory, made on first use) or a new path"
+    )
+    with pytest.raises(ValueError) as err:
+        MilvusStore(uri=str(path))
+    assert str(err.value) == want and "another process" not in want
+    # A file that appears after the store was made is caught when it opens.
+    later = tmp_path / "later.db"
+    store = MilvusStore(uri=str(later))
+    later.write_bytes(content)
+    with pytest.raises(ValueError) as err:
+        store.list_collections()
+    assert str(err.value) == want.replace(str(path), str(later))
+    store.close()
+    assert path.read_bytes() == content and later.read_bytes() == content
 
 
 # --------------------------------------------------------------------------
@@ -618,6 +769,7 @@ def test_uri_credentials_are_redacted() -> None:
         ({"index": "HNSW", "index_params": {"nlist": 8}}, "unknown key"),
         ({"index": "HNSW", "search_params": {"ef": 0}}, r"search_params\['ef'\] must be in"),
         ({"consistency_level": "Sometimes"}, "consistency_level must be one of"),
+        ({"ready_timeout_s": -1}, "ready_timeout_s must be a number >= 0"),
         ({"request_bytes": 65 * 2**20}, "request_bytes must be in"),
         ({"retry_budget_s": -1}, "retry_budget_s must be a number >= 0"),
         ({"backoff_s": "1"}, "backoff_s must be a number >= 0"),

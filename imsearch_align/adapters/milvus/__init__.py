@@ -18,9 +18,17 @@ duplicate ids are looked up on the server before an insert.
 Collections have an ``INT64`` primary key ``id`` (the caller's ids), a
 vector field ``vector`` (``FLOAT_VECTOR`` or ``SPARSE_FLOAT_VECTOR`` with
 ``SPARSE_INVERTED_INDEX``), metric ``IP``, and a dynamic field, so scalar
-metadata columns given at insert can be filtered on at search. Consistency
-is ``Strong`` by default, so what was inserted is what is searched. A
-``FLAT`` index is exact, so the store (without a filter) chooses the
+metadata columns given at insert can be filtered on at search.
+
+**Consistency** is ``Bounded`` by default, as production searches: a
+``Strong`` search makes every request wait for the server to catch up
+(about 280 ms per request on Milvus 2.3.5). What was inserted is still what
+is searched: the first search after inserts waits once
+(:meth:`MilvusStore.make_searchable`, :mod:`~imsearch_align.adapters.milvus.ready`)
+until the collection is flushed, indexed and loaded and ``count(*)`` at
+``Strong`` holds every inserted row; a ``Bounded`` search then sees every
+row. ``consistency_level`` (Strong, Bounded, Session, Eventually) is
+recorded in :meth:`MilvusStore.provenance`. A ``FLAT`` index is exact, so the store (without a filter) chooses the
 documents tied at the k-th score by ascending id, as ExactStore does: it asks
 for ``k + 8`` hits and again, wider, for rows still tied at the end
 (:func:`~imsearch_align.adapters.base.search_closing_ties`); other indexes
@@ -78,7 +86,8 @@ The package, one room per job (every public name is importable from here):
 * :mod:`~imsearch_align.adapters.milvus.rows` (rows and byte-sized batches),
   :mod:`~imsearch_align.adapters.milvus.schema` (a collection on the
   server), :mod:`~imsearch_align.adapters.milvus.search` (query batches and
-  the full-row check);
+  the full-row check), :mod:`~imsearch_align.adapters.milvus.ready` (the
+  wait after inserts: flushed, indexed, loaded, counted);
 * :mod:`~imsearch_align.adapters.milvus.catalog`: the catalog, ownership
   and version the server holds;
 * :mod:`~imsearch_align.adapters.milvus.store`: :class:`MilvusStore`, the

@@ -27,6 +27,7 @@ from imsearch_align.adapters.base import (
 from imsearch_align.adapters.milvus.config import ID_FIELD, OWNER_PROPERTY, redact_uri
 from imsearch_align.adapters.milvus.connection import MilvusConnection
 from imsearch_align.adapters.milvus.logs import import_pymilvus
+from imsearch_align.adapters.milvus.ready import count_rows
 from imsearch_align.adapters.milvus.schema import info_from_description
 
 __all__ = ["MilvusCatalog"]
@@ -43,6 +44,7 @@ class MilvusCatalog(BaseStore):
     owner: str
     timeout: float | None
     check_duplicates: bool
+    consistency_level: str
     _conn: MilvusConnection
     _lock: Any
     _server_version: str | None
@@ -91,13 +93,16 @@ class MilvusCatalog(BaseStore):
         return "milvus server (standalone or cluster)"
 
     def provenance(self) -> dict[str, Any]:
-        """Client package versions, the server's own version and the deployment kind.
+        """Client package versions, the server's version, the deployment, the consistency level.
 
-        Never the token or a local path (a Lite data directory is not recorded).
+        ``consistency_level`` is the level every search used (the default
+        too, which ``config.store_params`` does not hold). Never the token or
+        a local path (a Lite data directory is not recorded).
         """
         out = super().provenance()
         out["server_version"] = self.server_version()
         out["deployment"] = self.deployment
+        out["consistency_level"] = self.consistency_level
         return out
 
     # -- requests (through the connection: retries, healing, clear errors) --------------
@@ -145,10 +150,9 @@ class MilvusCatalog(BaseStore):
     def _count(self, info: CollectionInfo) -> int:
         if info.state.pending:
             return 0
-        res = self._call(
-            "count", info.name, "query", info.name, filter="", output_fields=["count(*)"]
-        )
-        n = int(res[0]["count(*)"])
+        # At Strong, whatever the search level: the count is the bound every
+        # dense answer is checked against (read once per evaluation, not per search).
+        n = count_rows(self._call, info.name, "Strong")
         info.state.count = n
         return n
 

@@ -46,6 +46,18 @@ class CollectionMeta:
     #: the first insert, which brings the dimension.
     pending: bool = False
     fields: dict[str, str] = field(default_factory=dict)
+    #: Insert requests this store sent to the collection.
+    writes: int = 0
+    #: ``writes`` when the collection was last made searchable (None: not
+    #: since this store found it); searches wait for readiness when it differs.
+    ready_at: int | None = None
+    #: What the last readiness wait took (``Readiness.to_dict()``).
+    readiness: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def searchable(self) -> bool:
+        """Whether every row this store inserted is known visible to a search."""
+        return self.ready_at == self.writes
 
 
 def build_schema(pymilvus: Any, info: CollectionInfo) -> Any:
