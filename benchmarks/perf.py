@@ -25,7 +25,16 @@ from pathlib import Path
 from imsearch_align.framework.atomic import atomic_write
 
 HERE = Path(__file__).resolve().parent
-SECTIONS = ["evaluator", "stores", "methods", "encoders", "diagnostics", "ties", "scale"]
+SECTIONS = [
+    "evaluator",
+    "stores",
+    "methods",
+    "encoders",
+    "diagnostics",
+    "ties",
+    "scale",
+    "collection",
+]
 
 
 def machine() -> dict:

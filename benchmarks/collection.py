@@ -1,0 +1,429 @@
+"""The collection-scale study: the test split among distractors, ANN indexes swept.
+
+    python benchmarks/collection.py --embeddings DIR                # 0, 100k, 1M distractors
+    python benchmarks/collection.py --shapes 120 --quick            # offline, a couple of minutes
+    python benchmarks/collection.py --data ~/data/flickr30k --stores faiss milvus \\
+        --uri http://127.0.0.1:19530 --sizes 0 100000 1000000
+    python benchmarks/collection.py --embeddings DIR --distractors coco_images.npy \\
+        --index faiss:hnsw:M=16,efConstruction=100,efSearch=16,32,64,128
+
+For each method (default csa, procrustes), direction (default t2i: a seeded
+sample of 10,000 test captions searching the test images; ``--directions
+i2t`` the other way), store, index setting and distractor count (``--sizes``,
+default 0 100000 1000000), one row: HitRate@1/5/10 and nDCG@10 (tie-aware,
+exact vs approximate), ANN recall@10 against the exact truth, batched
+queries/s, single-query latency p50/p95/p99, insert rows/s, build and load
+seconds, the store's memory (server RSS for a server, this process's RSS
+growth in-process) and disk. Every method has its own collections (the
+distractors are aligned by it).
+
+``--distractors``: a count of synthetic rows (a mixture fitted to the
+dataset's support embeddings; the default, as many as the largest size), a
+file of raw embeddings from the same encoder (.npy, .parquet, .safetensors),
+or ``dataset:NAME[:SPLIT]``. ``--index STORE:TYPE[:PARAMS]`` (repeatable; see
+:mod:`imsearch_align.collection.settings`): build-time parameters build,
+search-time ones (``efSearch``, ``nprobe``, Milvus ``ef``) are swept on one
+build; ``max_size=N`` leaves a setting out above N distractors.
+
+Writes into ``--out``: one JSON per cell (``kind: collection_scale``, read by
+``imsearch-align report``), ``collection.csv``, ``leaderboard.md`` and the
+figures (quality against queries/s per size, quality against size). The
+exact truth of each collection is cached under ``--truth-cache``.
+
+Every argument is checked before any work: one ``error:`` line, exit 2,
+nothing written (an unknown store, method or index parameter, a distractor
+file of another dimension or encoder, more distractors than the source
+holds, a collection larger than a store mode serves). Exit 0 every cell ok,
+1 a cell failed or the data could not be loaded, 130 interrupted (the
+finished cells' tables are written first; ``--skip-existing`` goes on).
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import shutil
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from flickr import UsageError, _base_config, dataset_spec, method_params
+
+from imsearch_align.collection.settings import STORES, SettingError, check_size, parse_index
+
+FULL_SIZES = (0, 100_000, 1_000_000)
+QUICK_SIZES = (0, 20_000)
+DEFAULT_INDEX = {
+    "faiss": (
+        "faiss:flat",
+        "faiss:ivf_flat:nprobe=1,4,16,64",
+        "faiss:hnsw:M=16,efConstruction=100,efSearch=16,32,64,128,max_size=100000",
+    ),
+    "milvus": (
+        "milvus:FLAT",
+        "milvus:IVF_FLAT:nprobe=1,4,16,64",
+        "milvus:HNSW:M=16,efConstruction=100,ef=16,32,64,128,max_size=100000",
+    ),
+    "milvus-lite": ("milvus-lite:FLAT", "milvus-lite:IVF_FLAT:nprobe=8"),
+    "exact": ("exact:flat",),
+    "qdrant-local": ("qdrant-local:flat",),
+}
+QUICK_INDEX = {
+    "faiss": (
+        "faiss:flat",
+        "faiss:ivf_flat:nprobe=1,8",
+        "faiss:hnsw:M=16,efConstruction=64,efSearch=16,64",
+    ),
+    "milvus": ("milvus:FLAT", "milvus:IVF_FLAT:nprobe=8"),
+    "milvus-lite": ("milvus-lite:FLAT",),
+}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The command line (see the module docstring)."""
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    src = ap.add_mutually_exclusive_group()
+    src.add_argument("--data", help="local Flickr30k folder")
+    src.add_argument("--embeddings", help="folder with image.npy, text.npy (and text_image.npy)")
+    src.add_argument("--shapes", type=int, metavar="N_IMAGES", help="offline: N shape images")
+    ap.add_argument("--shapes-root", help="where --shapes writes its folder")
+    ap.add_argument("--offline", action="store_true", help="offline encoders (implied by --shapes)")
+    ap.add_argument("--methods", nargs="+", default=["csa", "procrustes"])
+    ap.add_argument("--n", nargs="+", type=int, help="support sizes (default: every support pair)")
+    ap.add_argument(
+        "--stores",
+        nargs="+",
+        help=f"{', '.join(STORES)} (default faiss; --quick: faiss and milvus-lite when installed)",
+    )
+    ap.add_argument("--uri", help="Milvus server URI for --stores milvus")
+    ap.add_argument("--index", nargs="+", action="extend", metavar="STORE:TYPE[:PARAMS]")
+    ap.add_argument("--distractors", help="a count (synthetic), a file, or dataset:NAME[:SPLIT]")
+    ap.add_argument("--sizes", nargs="+", type=int, help="distractor counts (default 0 100k 1M)")
+    ap.add_argument("--directions", nargs="+", default=["t2i"], choices=["t2i", "i2t"])
+    ap.add_argument("--queries", type=int, help="sampled queries (default 10000; --quick 1000)")
+    ap.add_argument("--k", nargs="+", type=int, default=[1, 5, 10])
+    ap.add_argument("--batch", type=int, default=100, help="queries per batched search call")
+    ap.add_argument("--latency-queries", type=int, help="single queries timed (1000; --quick 100)")
+    ap.add_argument("--block-rows", type=int, default=8192, help="rows per inserted block")
+    for flag in ("--image-encoder", "--image-model", "--text-encoder", "--text-model"):
+        ap.add_argument(flag)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--quick", action="store_true", help="20k distractors, small sweeps")
+    ap.add_argument("--out", default="benchmarks/results/collection", help="output folder")
+    ap.add_argument("--cache-dir", default=".cache/embeddings")
+    ap.add_argument("--truth-cache", default=".cache/collection_truth")
+    ap.add_argument("--skip-existing", action="store_true", help="reuse clean cells in --out")
+    ap.add_argument("--no-progress", action="store_true")
+    ap.add_argument("--traceback", action="store_true", help="show the traceback of an error")
+    return ap
+
+
+def _unique(values: Any) -> list[Any]:
+    return list(dict.fromkeys(values))
+
+
+def _default_stores(quick: bool) -> list[str]:
+    """FAISS; with --quick also Milvus Lite when ``milvus-lite`` is installed."""
+    import importlib.util
+
+    lite = quick and importlib.util.find_spec("milvus_lite") is not None
+    return ["faiss", "milvus-lite"] if lite else ["faiss"]
+
+
+def _check_args(args: argparse.Namespace) -> None:
+    """Every check that needs no data (raises UsageError / SettingError)."""
+    from imsearch_align.framework.registry import DATASETS, METHODS, UnknownNameError
+
+    for flag, values in (("--n", args.n or []), ("--k", args.k), ("--sizes", [])):
+        if any(v < 1 for v in values):
+            raise UsageError(f"{flag} must be positive integers, got {min(values)}")
+    if any(v < 0 for v in args.sizes or []):
+        raise UsageError(f"--sizes must be distractor counts >= 0, got {min(args.sizes)}")
+    for flag in ("queries", "batch", "latency_queries", "block_rows", "shapes"):
+        v = getattr(args, flag)
+        if v is not None and v < 1:
+            raise UsageError(f"--{flag.replace('_', '-')} must be a positive integer, got {v}")
+    for store in args.stores:
+        if store not in STORES:
+            raise UsageError(f"--stores: unknown store {store!r}; choose from {', '.join(STORES)}")
+    if "milvus" in args.stores and not args.uri:
+        raise UsageError("--stores milvus needs --uri http://HOST:PORT (a running Milvus server)")
+    if args.uri and "milvus" not in args.stores:
+        raise UsageError(
+            "--uri is for --stores milvus; --stores milvus-lite keeps its database in --out"
+        )
+    for method in args.methods:
+        try:
+            factory = METHODS.get(method)
+        except UnknownNameError as exc:
+            raise UsageError(f"--methods: {exc}") from None
+        if getattr(factory, "sparse_output", False):
+            raise UsageError(
+                f"--methods {method}: it maps into a sparse space; the collection study takes "
+                "dense aligned spaces (csa, procrustes, cka)"
+            )
+    spec = args.distractors or ""
+    if spec.startswith("dataset:"):
+        if args.embeddings:
+            raise UsageError("--distractors dataset:NAME needs encoders; --embeddings has none")
+        try:
+            DATASETS.get(spec.split(":")[1])
+        except UnknownNameError as exc:
+            raise UsageError(f"--distractors: {exc}") from None
+    elif spec and not spec.isdigit() and not Path(spec).expanduser().is_file():
+        raise UsageError(
+            f"--distractors {spec!r}: no such file (expected a count, a file or dataset:NAME)"
+        )
+    if spec.isdigit() and args.sizes and max(args.sizes) > int(spec):
+        raise UsageError(
+            f"--sizes {max(args.sizes)} is more than the {int(spec)} --distractors rows"
+        )
+    if Path(args.out).exists() and not Path(args.out).is_dir():
+        raise UsageError(f"--out {args.out!r} is a file, not a folder")
+
+
+def _settings(args: argparse.Namespace) -> list[Any]:
+    """The index settings: --index, else each store's defaults (quick or full)."""
+    texts = args.index or [
+        t for s in args.stores for t in (QUICK_INDEX if args.quick else {}).get(s, DEFAULT_INDEX[s])
+    ]
+    out = []
+    for text in _unique(texts):
+        for s in parse_index(text):
+            if s.store not in args.stores:
+                raise UsageError(f"--index {text!r}: store {s.store} is not in --stores")
+            out.append(s)
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the study and print the table (exit status in the module docstring)."""
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    from imsearch_align.collection import DistractorError
+    from imsearch_align.experiment import ConfigError, Study
+
+    args.stores = args.stores or _default_stores(args.quick)
+    args.k, args.stores, args.methods = (
+        sorted(_unique(args.k)),
+        _unique(args.stores),
+        _unique(args.methods),
+    )
+    args.queries = args.queries or (1000 if args.quick else 10_000)
+    args.latency_queries = args.latency_queries or (100 if args.quick else 1000)
+    try:
+        _check_args(args)
+        settings = _settings(args)
+        dataset, dparams, offline = dataset_spec(args)
+        base = _base_config(args, dataset, dparams, offline or args.offline)
+        base = base.replace(name="collection")
+    except (UsageError, SettingError, ConfigError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    study = Study()
+    try:
+        study.load(base)
+    except Exception as exc:
+        if args.traceback:
+            raise
+        print(f"error: cannot load the data: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return 1
+    try:
+        sources, sizes = _sources(args, base, study)
+    except (UsageError, SettingError, DistractorError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    cells: list[dict[str, Any]] = []
+    t0 = time.perf_counter()
+    try:
+        _run(args, base, study, settings, sources, sizes, cells, argv)
+    except KeyboardInterrupt:
+        shutil.rmtree(out / ".stores", ignore_errors=True)
+        print(
+            f"\ninterrupted after {len(cells)} cells; run again with --skip-existing",
+            file=sys.stderr,
+        )
+        _finish(cells, args, out, t0)
+        return 130
+    shutil.rmtree(out / ".stores", ignore_errors=True)  # Milvus Lite / Qdrant local data
+    _finish(cells, args, out, t0)
+    return 0 if all((c.get("status") or {}).get("state") == "ok" for c in cells) else 1
+
+
+def _sources(args: argparse.Namespace, base: Any, study: Any) -> tuple[dict[str, Any], list[int]]:
+    """The distractor source of each direction, the sizes, and the store-mode size checks."""
+    from imsearch_align.collection.prepare import MODALITIES, distractor_source
+    from imsearch_align.datasets.base import TEST_SPLIT
+
+    sizes = _unique(args.sizes) if args.sizes else None
+    if sizes is None and not args.distractors:
+        sizes = list(QUICK_SIZES if args.quick else FULL_SIZES)
+    spec = args.distractors or str(max(sizes or [0]))
+    sources = {}
+    ds = study.load(base).dataset
+    for d in args.directions:
+        src = distractor_source(spec, base, study, MODALITIES[d][0], seed=args.seed)
+        if sizes is None:
+            sizes = [0, src.n_rows]
+        if max(sizes) > src.n_rows:
+            raise UsageError(
+                f"--sizes {max(sizes)}: the distractors {src.name!r} hold {src.n_rows} rows"
+            )
+        docs = len(ds.split_ids(TEST_SPLIT, MODALITIES[d][0]))
+        for store in args.stores:
+            check_size(store, docs + max(sizes), what=f"the largest {d} collection")
+        sources[d] = src
+    return sources, sorted(sizes)
+
+
+def _run(args, base, study, settings, sources, sizes, cells, argv) -> None:
+    """Every cell: direction x method x support size x distractor count x setting."""
+    from imsearch_align.collection import CollectionBlocks, exact_truth
+    from imsearch_align.collection.prepare import prepare
+    from imsearch_align.collection.study import CellBase, CellRunner
+    from imsearch_align.framework.interfaces import StoreUnavailableError
+
+    runner = CellRunner(
+        Path(args.out),
+        uri=args.uri,
+        batch=args.batch,
+        latency_queries=args.latency_queries,
+        skip_existing=args.skip_existing,
+        seed=args.seed,
+    )
+    command = ["python", "benchmarks/collection.py", *(sys.argv[1:] if argv is None else argv)]
+    down: set[str] = set()
+    for direction in args.directions:
+        src = sources[direction]
+        for method in args.methods:
+            for n in args.n or [None]:
+                mp = _params(method, min(args.n) if args.n else None, base, study)
+                cfg = base.replace(method=method, n_support=n, method_params=mp)
+                print(
+                    f"fitting {method} (N={n or 'all'}) for {direction}",
+                    file=sys.stderr,
+                    flush=True,
+                )
+                prep = prepare(cfg, study, direction, args.queries, progress=not args.no_progress)
+                for size in sizes:
+                    coll = CollectionBlocks(
+                        prep.doc_ids,
+                        prep.docs,
+                        src.head(size) if size else None,
+                        method=prep.method,
+                        modality=prep.doc_modality,
+                        block_rows=args.block_rows,
+                    )
+                    truths: dict[str, Any] = {}
+
+                    def truth_of(digest: str, prep=prep, coll=coll, truths=truths) -> Any:
+                        if digest not in truths:
+                            truths[digest] = exact_truth(
+                                prep.queries, prep.query_ids, coll, max(args.k),
+                                cache_dir=args.truth_cache, docs_digest=digest,
+                                block_rows=args.block_rows,
+                            )  # fmt: skip
+                        return truths[digest]
+
+                    cb = CellBase(
+                        study.load(cfg).dataset.name, method, direction, size, len(prep.doc_ids),
+                        tuple(args.k), _identity(args, cfg, src, prep), tuple(command),
+                    )  # fmt: skip
+                    for s in settings:
+                        if s.store in down or (s.max_size is not None and size > s.max_size):
+                            continue
+                        try:
+                            cells.extend(runner.run(prep, coll, cb, s, truth_of))
+                        except StoreUnavailableError as exc:
+                            down.add(s.store)
+                            print(f"  {s.store} unreachable ({exc}); its other cells are not run",
+                                  file=sys.stderr)  # fmt: skip
+
+
+def _params(method: str, n: int | None, base: Any, study: Any) -> dict[str, Any]:
+    """The method's parameters for the sweep's smallest support size (as the Flickr study)."""
+    data = study.load(base)
+    dims = (int(data.image_provider.dim), int(data.text_provider.dim))
+    return method_params(method, n or len(data.support.split_ids("train", "text")), dims)
+
+
+def _identity(args: argparse.Namespace, cfg: Any, src: Any, prep: Any) -> dict[str, Any]:
+    """What else defines a cell (enters its file key)."""
+    rec = src.record()
+    return {
+        "dataset_params": cfg.dataset_params,
+        "encoders": [
+            cfg.image_encoder,
+            cfg.image_encoder_params,
+            cfg.text_encoder,
+            cfg.text_encoder_params,
+        ],
+        "method_params": cfg.method_params,
+        "n_support": prep.n_support,
+        "seed": cfg.seed,
+        "queries": len(prep.query_ids),
+        "batch": args.batch,
+        "distractors": rec,
+    }
+
+
+def _finish(cells: list[dict[str, Any]], args: argparse.Namespace, out: Path, t0: float) -> None:
+    """The table, the CSV, the leaderboard and the figures of the cells that ran."""
+    from imsearch_align.collection.study_report import (
+        cells_frame,
+        leaderboard,
+        quality_vs_qps,
+        quality_vs_size,
+    )
+    from imsearch_align.experiment.report import text_table
+    from imsearch_align.framework.atomic import atomic_write
+
+    if not cells:
+        return
+    df = cells_frame(cells, args.k)
+    cols = ["method", "direction", "store", "index", "search", "size", f"HitRate@{max(args.k)}",
+            f"HitRate@{max(args.k)} exact", f"ann_recall@{max(args.k)}", "q/s", "p50 ms",
+            "insert rows/s", "status"]  # fmt: skip
+    rows = [[_cell_text(v) for v in r] for r in df[cols].itertuples(index=False)]
+    print()
+    print(text_table(cols, rows))
+    bad = sum(1 for c in cells if (c.get("status") or {}).get("state") != "ok")
+    print(f"\n{len(cells) - bad}/{len(cells)} cells ok in {time.perf_counter() - t0:.0f} s; "
+          f"results in {out}/")  # fmt: skip
+    atomic_write(out / "collection.csv", df.to_csv(index=False))
+    atomic_write(out / "leaderboard.md", leaderboard(df, args.k))
+    for d in args.directions:
+        metric = f"{d}/HitRate@{max(args.k)}"
+        mine = [c for c in cells if c.get("direction") == d]
+        for png in (
+            quality_vs_qps(
+                mine, metric, out / f"quality_vs_qps_{d}.png", title=f"{d}: quality vs speed"
+            ),
+            quality_vs_size(
+                mine, metric, out / f"quality_vs_size_{d}.png", title=f"{d}: quality vs size"
+            ),
+        ):
+            if png is not None:
+                print(f"figure:      {png}")
+    print(f"leaderboard: {out / 'leaderboard.md'} (CSV: {out / 'collection.csv'})")
+
+
+def _cell_text(v: Any) -> str:
+    if v is None or (isinstance(v, float) and v != v):
+        return "-"
+    if isinstance(v, float):
+        return f"{v:,.0f}" if abs(v) >= 100 else f"{v:.3f}"
+    if isinstance(v, int):
+        return f"{v:,}"
+    return str(v)[:60]
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,213 @@
+"""Perf section "collection": the ground truth's speed and the study harness's overhead.
+
+1. :func:`imsearch_align.collection.perf.bench_truth`: the exact, tie-aware
+   truth against the blocked GEMM it is built on, same cone-shaped data
+   (target: at least half the GEMM's rate).
+2. The harness against plain client calls on the same collection, in the
+   same run (issue 29: the harness adds at most 10% to the store's own
+   insert and search time). The same blocks of cone-shaped unit vectors
+   (mean pairwise cosine about 0.5, like a real encoder's) go through the
+   study's path (:func:`~imsearch_align.collection.measure.insert_collection`:
+   ``FaissStore`` / ``MilvusStore`` inserts with the stream digest, then
+   :func:`~imsearch_align.collection.measure.search_batched`: batches of 100)
+   and through the library alone (``faiss`` ``train`` / ``add`` / ``search``
+   with the same parameters; ``pymilvus.MilvusClient`` insert / flush /
+   load / search on Milvus Lite, when installed). Search is the best of
+   three interleaved rounds; the ratio is harness time / plain time.
+3. The section's peak RSS (the harness holds one block, the queries and the truth).
+
+Run: ``.venv/bin/python benchmarks/perf_collection.py [--quick]``.
+"""
+
+from __future__ import annotations
+
+import resource
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from perf_common import row_maker
+
+from imsearch_align.collection import bench_truth, cone_vectors
+from imsearch_align.collection.measure import insert_collection, search_batched
+from imsearch_align.collection.settings import auto_nlist
+
+_row = row_maker("collection")
+DIM, K, BATCH, BLOCK = 256, 10, 100, 8192
+OVERHEAD = 1.10
+
+
+def _blocks(X: np.ndarray) -> list[tuple[np.ndarray, np.ndarray]]:
+    return [(np.arange(s, min(s + BLOCK, len(X)), dtype=np.int64), X[s : s + BLOCK])
+            for s in range(0, len(X), BLOCK)]  # fmt: skip
+
+
+def _best(fn: Any, rounds: int = 3) -> float:
+    best = float("inf")
+    for _ in range(rounds):
+        t = time.perf_counter()
+        fn()
+        best = min(best, time.perf_counter() - t)
+    return best
+
+
+def _faiss_plain(index: str, X: np.ndarray, Q: np.ndarray, p: dict[str, int]) -> tuple[float, Any]:
+    """Plain faiss: the index FaissStore builds, trained on the first block, added block by block."""
+    import faiss
+
+    from imsearch_align.adapters.faiss_index import MIN_POINTS_PER_CENTROID
+
+    ip = faiss.METRIC_INNER_PRODUCT
+    t = time.perf_counter()
+    if index == "ivf_flat":
+        idx = faiss.IndexIVFFlat(faiss.IndexFlatIP(DIM), DIM, p["nlist"], ip)
+        idx.train(X[: MIN_POINTS_PER_CENTROID * p["nlist"]])  # as the harness: 39 per list
+        idx.nprobe = p["nprobe"]
+    elif index == "hnsw":
+        idx = faiss.IndexHNSWFlat(DIM, p["M"], ip)
+        idx.hnsw.efConstruction = p["efConstruction"]
+        idx.hnsw.efSearch = p["efSearch"]
+    else:
+        idx = faiss.IndexFlatIP(DIM)
+    for _, block in _blocks(X):
+        idx.add(block)
+    return time.perf_counter() - t, idx
+
+
+def _faiss_case(index: str, X: np.ndarray, Q: np.ndarray, p: dict[str, int]) -> dict[str, float]:
+    from imsearch_align.adapters.faiss_store import FaissStore
+
+    plain_insert, idx = _faiss_plain(index, X, Q, p)
+
+    def plain_search() -> None:
+        for s in range(0, len(Q), BATCH):
+            idx.search(Q[s : s + BATCH], K)
+
+    store = FaissStore(index=index, **p)
+    t = time.perf_counter()
+    insert_collection(store, "perf", _blocks(X), DIM)
+    harness_insert = time.perf_counter() - t
+    plain_search()  # warm-up
+    t_plain, t_harness = float("inf"), float("inf")
+    for _ in range(3):  # interleaved: both see the same machine load
+        t_plain = min(t_plain, _best(plain_search, 1))
+        t_harness = min(t_harness, _best(lambda: search_batched(store, "perf", Q, K, BATCH), 1))
+    store.close()
+    return {
+        "plain_insert_s": plain_insert,
+        "harness_insert_s": harness_insert,
+        "plain_search_s": t_plain,
+        "harness_search_s": t_harness,
+    }
+
+
+def _milvus_plain(path: str, X: np.ndarray, Q: np.ndarray) -> tuple[float, Any, Any]:
+    """Plain pymilvus on Milvus Lite: the same schema, FLAT / IP, insert, flush, load."""
+    from pymilvus import DataType, MilvusClient
+
+    client = MilvusClient(path)
+    schema = client.create_schema(auto_id=False)
+    schema.add_field("id", DataType.INT64, is_primary=True)
+    schema.add_field("vector", DataType.FLOAT_VECTOR, dim=DIM)
+    index = client.prepare_index_params()
+    index.add_index("vector", index_type="FLAT", metric_type="IP")
+    client.create_collection("plain", schema=schema, index_params=index)
+    t = time.perf_counter()
+    for ids, block in _blocks(X):
+        client.insert("plain", [{"id": int(i), "vector": v} for i, v in zip(ids, block.tolist())])
+    client.flush("plain")
+    client.load_collection("plain")
+    insert_s = time.perf_counter() - t
+
+    def search() -> None:
+        for s in range(0, len(Q), BATCH):
+            client.search("plain", Q[s : s + BATCH].tolist(), limit=K,
+                          search_params={"metric_type": "IP"}, consistency_level="Bounded")  # fmt: skip
+
+    return insert_s, search, client
+
+
+def _milvus_case(X: np.ndarray, Q: np.ndarray, tmp: Path) -> dict[str, float]:
+    from imsearch_align.adapters.milvus import MilvusStore
+
+    plain_insert, plain_search, client = _milvus_plain(str(tmp / "plain.db"), X, Q)
+    store = MilvusStore(str(tmp / "harness.db"), index="FLAT", check_duplicates=False)
+    t = time.perf_counter()
+    insert_collection(store, "perf", _blocks(X), DIM)
+    harness_insert = time.perf_counter() - t
+    plain_search()
+    t_plain, t_harness = float("inf"), float("inf")
+    for _ in range(3):
+        t_plain = min(t_plain, _best(plain_search, 1))
+        t_harness = min(t_harness, _best(lambda: search_batched(store, "perf", Q, K, BATCH), 1))
+    store.drop_collection("perf")
+    store.close()
+    client.close()
+    return {
+        "plain_insert_s": plain_insert,
+        "harness_insert_s": harness_insert,
+        "plain_search_s": t_plain,
+        "harness_search_s": t_harness,
+    }
+
+
+def _overhead_rows(label: str, r: dict[str, float], n: int, nq: int, insert: bool) -> list[dict]:
+    rows = []
+    if insert:
+        ratio = r["harness_insert_s"] / r["plain_insert_s"]
+        rows.append(_row(f"{label} insert {n:,} rows: harness / plain client time", ratio, "x",
+                         f"<= {OVERHEAD}", bool(ratio <= OVERHEAD)))  # fmt: skip
+    ratio = r["harness_search_s"] / r["plain_search_s"]
+    rows.append(_row(f"{label} search {nq:,} queries (batches of {BATCH}): harness / plain", ratio,
+                     "x", f"<= {OVERHEAD}", bool(ratio <= OVERHEAD)))  # fmt: skip
+    rows.append(_row(f"{label} batched search, harness", nq / r["harness_search_s"], "q/s"))
+    return rows
+
+
+def run(quick: bool = False) -> dict:
+    """The section's rows (see the module docstring)."""
+    n, nq = (50_000, 2_000) if quick else (200_000, 10_000)
+    rows, details = [], {}
+    truth = bench_truth(n, nq // 4 if quick else 2000, DIM, repeat=1 if quick else 2, quiet=True)
+    details["truth"] = truth
+    rows.append(_row(f"truth {truth['n_queries']:,} q x {n:,} docs x {DIM}", truth["truth_gflops"],
+                     "GFLOP/s"))  # fmt: skip
+    rows.append(_row("truth rate / GEMM-alone rate", truth["ratio"], "x", ">= 0.5",
+                     bool(truth["ratio"] >= 0.5)))  # fmt: skip
+    X = cone_vectors(n, DIM, seed=0)
+    Q = cone_vectors(nq, DIM, seed=1)
+    cases = {
+        "ivf_flat": {"nlist": auto_nlist(n), "nprobe": 8},
+        "flat": {},
+    }
+    if not quick:
+        cases["hnsw"] = {"M": 16, "efConstruction": 64, "efSearch": 32}
+    for index, params in cases.items():
+        r = _faiss_case(index, X, Q, params)
+        details[f"faiss {index}"] = {**r, "params": params}
+        rows += _overhead_rows(f"faiss {index}", r, n, nq, insert=index != "flat")
+    try:
+        import milvus_lite  # noqa: F401
+    except ImportError:
+        details["milvus-lite"] = "not installed"
+    else:
+        m, mq = (20_000, 500) if quick else (100_000, 2_000)
+        with tempfile.TemporaryDirectory() as tmp:
+            r = _milvus_case(X[:m], Q[:mq], Path(tmp))
+        details["milvus-lite FLAT"] = r
+        rows += _overhead_rows("milvus-lite FLAT", r, m, mq, insert=True)
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux
+    rows.append(_row("section peak RSS (harness process)", peak, "MiB", "< 2048", peak < 2048))
+    return {"rows": rows, "details": details}
+
+
+if __name__ == "__main__":
+    out = run(quick="--quick" in sys.argv)
+    for row in out["rows"]:
+        print(f"{row['item']:<78} {row['value']:12.3f} {row['unit']:<7} target {row['target']}")

@@ -1,0 +1,371 @@
+"""The collection study's cells: one store, index setting and collection size, measured.
+
+A *cell* is one row of the study (``benchmarks/collection.py``): a fitted
+method and direction (:class:`~imsearch_align.collection.prepare.Prepared`),
+a collection (the split's documents plus the first ``size`` distractors, a
+:class:`~imsearch_align.collection.aligned.CollectionBlocks`), a store's
+index built with one set of build-time parameters, and one search-time
+setting. :class:`CellRunner` runs every search setting of an
+:class:`~imsearch_align.collection.settings.IndexSetting` on one build when
+the store is :class:`~imsearch_align.framework.interfaces.TunableSearch`
+(its ``build_count`` recorded), else one build per setting (``rebuilt``);
+quality comes from the returned ids against the collection's exact truth
+(:func:`~imsearch_align.collection.recall.compare_measures`, exact and
+approximate side by side, and ANN recall), never from the store's scores
+alone (quantised indexes report approximate ones).
+
+Each cell is one JSON file in the output folder (``kind:
+"collection_scale"``, the fields of :mod:`imsearch_align.report_html.contract`),
+written atomically under a name holding the cell's settings and a key of its
+whole configuration (:func:`cell_path`), so no two configurations share a
+file; with ``skip_existing`` a clean file of the same configuration is
+reused, and a build whose every cell is reused is not built.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from imsearch_align.collection.measure import (
+    BuildStats,
+    disk_bytes,
+    insert_collection,
+    open_store,
+    search_batched,
+    search_latency,
+)
+from imsearch_align.collection.prepare import Prepared
+from imsearch_align.collection.recall import ann_recall_at_k, compare_measures
+from imsearch_align.collection.settings import STORES, IndexSetting, resolve
+
+__all__ = ["CellBase", "CellRunner", "cell_identity", "cell_path", "load_clean"]
+
+FORMAT = "collection-cell/1"
+
+
+@dataclass(frozen=True)
+class CellBase:
+    """What the cells of one method, direction and collection size share.
+
+    ``config`` is what else defines them (data, encoders, seed, the query
+    sample, the distractor source): it enters the cells' key.
+    """
+
+    dataset: str
+    method: str
+    direction: str
+    distractors: int
+    documents: int
+    ks: tuple[int, ...]
+    config: dict[str, Any] = field(default_factory=dict)
+    command: tuple[str, ...] = ()
+
+    @property
+    def size(self) -> int:
+        """Items searched: the split's documents plus the distractors."""
+        return self.documents + self.distractors
+
+    @property
+    def measures(self) -> list[str]:
+        """HitRate at every cut-off, nDCG at the largest."""
+        return [f"HitRate@{k}" for k in self.ks] + [f"nDCG@{max(self.ks)}"]
+
+
+def cell_identity(
+    base: CellBase, s: IndexSetting, build: dict[str, int], search: dict[str, int]
+) -> dict[str, Any]:
+    """Everything that defines a cell (its key is the hash of this)."""
+    return {
+        "dataset": base.dataset,
+        "method": base.method,
+        "direction": base.direction,
+        "store": s.store,
+        "index": s.index_type,
+        "build": dict(sorted(build.items())),
+        "search": dict(sorted(search.items())),
+        "distractors": base.distractors,
+        "documents": base.documents,
+        "ks": list(base.ks),
+        "config": base.config,
+    }
+
+
+def cell_path(out: Path, ident: dict[str, Any]) -> Path:
+    """``{dataset}_{direction}_{method}_{store}_{index}_{params}_{size}_{key}.json``."""
+    text = json.dumps(ident, sort_keys=True, default=str)
+    key = hashlib.sha256(text.encode()).hexdigest()[:10]
+    params = "-".join(f"{k}{v}" for k, v in {**ident["build"], **ident["search"]}.items())
+    parts = [ident["dataset"], ident["direction"], ident["method"], ident["store"], ident["index"]]
+    parts += [params or "default", f"d{ident['distractors']}", key]
+    return Path(out) / (re.sub(r"[^A-Za-z0-9._=+-]+", "-", "_".join(parts)) + ".json")
+
+
+def load_clean(path: Path) -> dict[str, Any] | None:
+    """The cell stored at ``path`` when it finished ok (else None: run it again)."""
+    try:
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    ok = isinstance(data, dict) and (data.get("status") or {}).get("state") == "ok"
+    return data if ok and data.get("format") == FORMAT else None
+
+
+class CellRunner:
+    """Runs and writes the cells of index settings (see the module docstring).
+
+    Args:
+        out: the output folder (one JSON per cell).
+        uri: the Milvus server of ``--stores milvus``.
+        batch: queries per batched search call.
+        latency_queries: single-query searches timed for the latency percentiles.
+        skip_existing: reuse clean cells of the same configuration.
+        seed: seeds the latency sample.
+        log: where progress lines go (None: ``sys.stderr`` at the time of writing).
+    """
+
+    def __init__(
+        self,
+        out: Path,
+        *,
+        uri: str | None = None,
+        batch: int = 100,
+        latency_queries: int = 1000,
+        skip_existing: bool = False,
+        seed: int = 0,
+        log: Any = None,
+    ) -> None:
+        self.out, self.uri, self.batch = Path(out), uri, int(batch)
+        self.latency_queries, self.skip_existing = int(latency_queries), skip_existing
+        self.seed, self.log = seed, log
+        #: Where in-process stores keep their data (Milvus Lite's database, Qdrant's
+        #: folder): hidden, so a report of ``out`` skips it; the caller removes it.
+        self.work = self.out / ".stores"
+
+    def _say(self, text: str) -> None:
+        print(text, file=self.log or sys.stderr, flush=True)
+
+    def run(
+        self,
+        prep: Prepared,
+        coll: Any,
+        base: CellBase,
+        s: IndexSetting,
+        truth_of: Callable[[str], Any],
+    ) -> list[dict[str, Any]]:
+        """Every search setting of ``s`` on ``coll``: the cells, written (or reused).
+
+        ``truth_of(digest)`` gives the collection's ground truth from the
+        documents' stream digest (computed once per collection by the caller).
+        A failed build or search is a failed cell (the error in its status);
+        :class:`~imsearch_align.framework.interfaces.StoreUnavailableError`
+        propagates after the failed cells are written.
+        """
+        from imsearch_align.framework.interfaces import StoreUnavailableError
+
+        build, grid = resolve(s, base.size)
+        idents = [cell_identity(base, s, build, g) for g in grid]
+        paths = [cell_path(self.out, i) for i in idents]
+        cells: list[dict[str, Any] | None] = [
+            load_clean(p) if self.skip_existing else None for p in paths
+        ]
+        for c in cells:
+            if c is not None:
+                self._say(f"  reused {_label(c)}")
+        state: dict[str, Any] = {"store": None}
+        try:
+            for i, search in enumerate(grid):
+                if cells[i] is not None:
+                    continue
+                try:
+                    cells[i] = self._cell(prep, coll, base, s, build, search, truth_of, state)
+                except StoreUnavailableError as exc:
+                    for j in range(i, len(grid)):
+                        if cells[j] is None:
+                            cells[j] = self._failed(base, s, build, grid[j], exc, paths[j])
+                    raise
+                except Exception as exc:
+                    cells[i] = self._failed(base, s, build, search, exc, paths[i])
+                    self._close(state)
+                    continue
+                self._write(paths[i], cells[i])
+        finally:
+            self._close(state)
+        return [c for c in cells if c is not None]
+
+    def _cell(
+        self,
+        prep: Prepared,
+        coll: Any,
+        base: CellBase,
+        s: IndexSetting,
+        build: dict[str, int],
+        search: dict[str, int],
+        truth_of: Callable[[str], Any],
+        state: dict[str, Any],
+    ) -> dict[str, Any]:
+        """One cell: build (or reuse the tunable build), search, score."""
+        from imsearch_align.framework.interfaces import TunableSearch
+
+        store = state["store"]
+        if store is None or not isinstance(store, TunableSearch):
+            self._close(state)
+            state["store"] = store = open_store(s, build, search, uri=self.uri, workdir=self.work)
+            state["name"] = name = (
+                "cs_" + cell_path(Path(), cell_identity(base, s, build, {})).stem[-10:]
+            )
+            mode = STORES[s.store]
+            stats = insert_collection(
+                store, name, coll, coll.dim, uri=self.uri, in_process=mode.in_process
+            )
+            state["stats"], state["truth"] = stats, truth_of(stats.digest)
+        elif search:
+            store.set_search_params(state["name"], **search)
+        return self._measure(prep, base, s, build, search, state)
+
+    def _measure(
+        self,
+        prep: Prepared,
+        base: CellBase,
+        s: IndexSetting,
+        build: dict[str, int],
+        search: dict[str, int],
+        state: dict[str, Any],
+    ) -> dict[str, Any]:
+        from imsearch_align.experiment.provenance import capture
+        from imsearch_align.framework.interfaces import TunableSearch
+        from imsearch_align.framework.metrics import Run
+
+        store, name, truth = state["store"], state["name"], state["truth"]
+        stats: BuildStats = state["stats"]
+        k = max(base.ks)
+        ids, scores, qps = search_batched(store, name, prep.queries, k, self.batch)
+        latency = search_latency(store, name, prep.queries, k, self.latency_queries, self.seed)
+        run = Run.from_arrays(prep.query_ids, ids, scores)
+        means = compare_measures(run, truth, prep.qrels, base.measures)["means"]
+        recall = ann_recall_at_k(ids, truth, k)
+        d = base.direction
+        metrics = {f"{d}/{m}": float(v["approximate"]) for m, v in means.items()}
+        metrics[f"{d}/ann_recall@{k}"] = recall.mean
+        tunable = isinstance(store, TunableSearch)
+        ident = cell_identity(base, s, build, search)
+        cell = {
+            "format": FORMAT,
+            "kind": "collection_scale",
+            "store": s.store,
+            "method": base.method,
+            "dataset": base.dataset,
+            "direction": d,
+            "index": {
+                "type": s.index_type,
+                "params": build,
+                "search_params": dict(store.search_params(name)) if tunable else search,
+                "sweep": "set_search_params" if tunable else "rebuilt",
+                "builds": store.build_count(name) if tunable else 1,
+            },
+            "collection": {
+                "size": stats.rows,
+                "documents": base.documents,
+                "distractors": base.distractors,
+                "source": base.config.get("distractors"),
+            },
+            "queries": len(prep.query_ids),
+            "metrics": metrics,
+            "exact_metrics": {f"{d}/{m}": float(v["exact"]) for m, v in means.items()},
+            "ann_recall": {"k": k, "mean": recall.mean, "uncertain": recall.n_uncertain},
+            "queries_per_s": qps,
+            "batch": self.batch,
+            "latency_ms": latency,
+            "timings": stats.to_dict(),
+            "memory": {"kind": stats.memory_kind, "bytes": stats.memory_bytes},
+            "disk_bytes": self._disk(s),
+            "truth": truth.record(),
+            "n_support": prep.n_support,
+            "fit_s": round(prep.fit_s, 4),
+            "config": ident["config"],
+            "status": {"state": "ok", "reasons": [], "error": None},
+            "provenance": capture(store).to_dict(),
+            "command": list(base.command),
+        }
+        self._say(f"  {_label(cell)}")
+        return cell
+
+    def _disk(self, s: IndexSetting) -> int | None:
+        if s.store == "milvus-lite":
+            return disk_bytes(self.work / "milvus_lite.db")
+        if s.store == "qdrant-local":
+            return disk_bytes(self.work / "qdrant_local")
+        return None
+
+    def _failed(
+        self,
+        base: CellBase,
+        s: IndexSetting,
+        build: dict[str, int],
+        search: dict[str, int],
+        exc: BaseException,
+        path: Path,
+    ) -> dict[str, Any]:
+        error = f"{type(exc).__name__}: {exc}"
+        self._say(f"  failed {s.label} {search or ''} size={base.size:,}: {error}")
+        cell = {
+            "format": FORMAT,
+            "kind": "collection_scale",
+            "store": s.store,
+            "method": base.method,
+            "dataset": base.dataset,
+            "direction": base.direction,
+            "index": {"type": s.index_type, "params": build, "search_params": search},
+            "collection": {"size": base.size, "distractors": base.distractors},
+            "config": base.config,
+            "status": {"state": "failed", "reasons": [], "error": error},
+            "command": list(base.command),
+        }
+        self._write(path, cell)
+        return cell
+
+    def _write(self, path: Path, cell: dict[str, Any]) -> None:
+        from imsearch_align.framework.atomic import atomic_write
+
+        atomic_write(path, json.dumps(cell, indent=2, default=_json_default))
+
+    @staticmethod
+    def _close(state: dict[str, Any]) -> None:
+        store, state["store"] = state.get("store"), None
+        if store is None:
+            return
+        try:
+            if state.get("name") and store.has_collection(state["name"]):
+                store.drop_collection(state["name"])
+        finally:
+            store.close()
+
+
+def _json_default(v: Any) -> Any:
+    if isinstance(v, np.integer | np.floating):
+        return v.item()
+    return str(v)
+
+
+def _label(cell: dict[str, Any]) -> str:
+    """One progress line: setting, size, quality, speed."""
+    idx = cell.get("index") or {}
+    sp = ",".join(f"{k}={v}" for k, v in (idx.get("search_params") or {}).items())
+    head = f"{cell['method']:<10} {cell['store']:<11} {idx.get('type', ''):<8} {sp:<12}"
+    size = (cell.get("collection") or {}).get("size") or 0
+    m = cell.get("metrics") or {}
+    hit = next((v for k, v in m.items() if k.endswith("HitRate@10")), None)
+    rec = next((v for k, v in m.items() if "ann_recall" in k), None)
+    qps = cell.get("queries_per_s")
+    tail = "" if hit is None else f" HitRate@10 {hit:.3f}"
+    tail += "" if rec is None else f" recall {rec:.3f}"
+    tail += "" if qps is None else f" {qps:,.0f} q/s"
+    return f"{head} size={size:,}{tail}"

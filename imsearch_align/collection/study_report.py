@@ -1,0 +1,179 @@
+"""What the collection study writes from its cells: the CSV, the leaderboard, the figures.
+
+:func:`cells_frame` flattens the cells (one row each: method, direction,
+store, index, search setting, collection size, quality exact and
+approximate, ANN recall, queries/s, latency, insert rows/s, build and load
+seconds, memory, disk, status). :func:`leaderboard` is that table in
+Markdown, best quality first within each collection size.
+:func:`quality_vs_qps` draws quality against batched queries/s (log x), one
+panel per collection size, one marker per store and index type, the Pareto
+frontier as a line and exact search (the truth) as the ceiling, as
+ann-benchmarks does; :func:`quality_vs_size` draws each method's exact
+quality against the collection size (log x), with its best approximate
+(non-flat) index setting beside it (how alignment methods decay as distractors grow). Figures use
+the helpers of :mod:`imsearch_align.plots` (no pyplot state).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+__all__ = ["cells_frame", "leaderboard", "quality_vs_qps", "quality_vs_size"]
+
+_MB = 1 / (1024 * 1024)
+
+
+def _params(d: dict[str, Any] | None) -> str:
+    return ",".join(f"{k}={v}" for k, v in (d or {}).items())
+
+
+def cells_frame(cells: Sequence[dict[str, Any]], ks: Sequence[int]) -> pd.DataFrame:
+    """One row per cell (see the module docstring), quality at cut-offs ``ks``."""
+    rows = []
+    kmax = max(ks)
+    for c in cells:
+        d = c.get("direction", "t2i")
+        idx, coll = c.get("index") or {}, c.get("collection") or {}
+        m, ex = c.get("metrics") or {}, c.get("exact_metrics") or {}
+        t, mem, lat = c.get("timings") or {}, c.get("memory") or {}, c.get("latency_ms") or {}
+        row = {
+            "method": c["method"],
+            "direction": d,
+            "store": c["store"],
+            "index": idx.get("type", ""),
+            "build": _params(idx.get("params")),
+            "search": _params(idx.get("search_params")),
+            "size": coll.get("size"),
+            "distractors": coll.get("distractors"),
+        }
+        for name in [f"HitRate@{k}" for k in ks] + [f"nDCG@{kmax}"]:
+            row[name] = m.get(f"{d}/{name}")
+            row[f"{name} exact"] = ex.get(f"{d}/{name}")
+        row[f"ann_recall@{kmax}"] = m.get(f"{d}/ann_recall@{kmax}")
+        row["q/s"] = c.get("queries_per_s")
+        row.update({f"{p} ms": lat.get(p) for p in ("p50", "p95", "p99")})
+        row["insert rows/s"] = t.get("insert_rows_per_s")
+        row["build s"] = t.get("build_s")
+        row["load s"] = t.get("load_s")
+        row["memory MiB"] = None if mem.get("bytes") is None else mem["bytes"] * _MB
+        row["disk MiB"] = None if c.get("disk_bytes") is None else c["disk_bytes"] * _MB
+        st = c.get("status") or {}
+        row["status"] = st.get("state", "ok") + (f": {st['error']}" if st.get("error") else "")
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def _fmt(v: Any) -> str:
+    if v is None or (isinstance(v, float) and v != v):
+        return "-"
+    if isinstance(v, float):
+        return f"{v:,.0f}" if abs(v) >= 100 else f"{v:.3f}"
+    return str(v)
+
+
+def leaderboard(df: pd.DataFrame, ks: Sequence[int]) -> str:
+    """The cells as a Markdown table: by direction and size, best HitRate@k first."""
+    if df.empty:
+        return "_no cells_\n"
+    key = f"HitRate@{max(ks)}"
+    df = df.sort_values(["direction", "size", key], ascending=[True, True, False], kind="stable")
+    cols = [c for c in df.columns if c != "distractors"]
+    lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
+    for _, r in df.iterrows():
+        lines.append("| " + " | ".join(_fmt(r[c]).replace("|", "/") for c in cols) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def _ok(cells: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [c for c in cells if (c.get("status") or {}).get("state", "ok") == "ok"]
+
+
+def quality_vs_qps(
+    cells: Sequence[dict[str, Any]], metric: str, out_path: str | os.PathLike, *, title: str = ""
+) -> Path | None:
+    """Quality ``metric`` (``t2i/HitRate@10``) against queries/s, a panel per collection size."""
+    from matplotlib.ticker import NullFormatter
+
+    from imsearch_align.plots._figure import grid, new_figure, palette, save
+    from imsearch_align.report_html.quality import pareto_frontier
+
+    cells = [c for c in _ok(cells) if c.get("metrics", {}).get(metric) is not None]
+    sizes = sorted({c["collection"]["size"] for c in cells})
+    if not sizes:
+        return None
+    fig, _ = new_figure((5.2 * len(sizes), 4.4))
+    fig.clear()
+    axes = fig.subplots(1, len(sizes), squeeze=False)[0]
+    kinds = sorted({(c["store"], c["index"]["type"]) for c in cells})
+    methods = sorted({c["method"] for c in cells})
+    colours = dict(zip(methods, palette() * 4, strict=False))
+    markers = dict(zip(kinds, "osD^v<>ph*" * 3, strict=False))
+    for ax, size in zip(axes, sizes, strict=True):
+        here = [c for c in cells if c["collection"]["size"] == size]
+        for method in methods:
+            pts = [c for c in here if c["method"] == method]
+            xy = [(c["queries_per_s"], c["metrics"][metric]) for c in pts]
+            for c, (x, y) in zip(pts, xy, strict=True):
+                kind = (c["store"], c["index"]["type"])
+                ax.scatter(x, y, color=colours[method], marker=markers[kind], s=28, alpha=0.85)
+            front = sorted(xy[i] for i in pareto_frontier(xy))
+            if front:
+                ax.plot(*zip(*front, strict=True), color=colours[method], lw=1.2)
+            ceiling = max((c["exact_metrics"].get(metric, float("nan")) for c in pts), default=None)
+            if ceiling is not None and ceiling == ceiling:
+                ax.axhline(ceiling, color=colours[method], ls=":", lw=1)
+        ax.set_xscale("log")
+        ax.xaxis.set_minor_formatter(NullFormatter())
+        ax.set_title(f"{size:,} items")
+        ax.set_xlabel("queries/s (batched, log)")
+        grid(ax)
+    axes[0].set_ylabel(f"{metric} (dotted: exact)")
+    handles = [axes[0].scatter([], [], color=colours[m], marker="o", label=m) for m in methods] + [
+        axes[0].scatter([], [], color="grey", marker=markers[k], label=" ".join(k)) for k in kinds
+    ]
+    axes[-1].legend(handles=handles, fontsize=7, loc="lower left")
+    if title:
+        fig.suptitle(title)
+    return save(fig, out_path)
+
+
+def quality_vs_size(
+    cells: Sequence[dict[str, Any]], metric: str, out_path: str | os.PathLike, *, title: str = ""
+) -> Path | None:
+    """Each method's exact ``metric`` against collection size (solid) and its best ANN
+    setting at each size (dashed)."""
+    from matplotlib.ticker import NullFormatter
+
+    from imsearch_align.plots._figure import grid, new_figure, palette, save
+    from imsearch_align.report_html.contract import EXACT_INDEX_TYPES
+
+    cells = [c for c in _ok(cells) if c.get("metrics", {}).get(metric) is not None]
+    if not cells:
+        return None
+    fig, ax = new_figure()
+    for colour, method in zip(palette() * 4, sorted({c["method"] for c in cells}), strict=False):
+        mine = [c for c in cells if c["method"] == method]
+        sizes = sorted({c["collection"]["size"] for c in mine})
+        exact = [max(c["exact_metrics"][metric] for c in mine if c["collection"]["size"] == s)
+                 for s in sizes]  # fmt: skip
+        approx = [c for c in mine if c["index"]["type"].lower() not in EXACT_INDEX_TYPES]
+        ann = [(s, max(c["metrics"][metric] for c in approx if c["collection"]["size"] == s))
+               for s in sizes if any(c["collection"]["size"] == s for c in approx)]  # fmt: skip
+        ax.plot(sizes, exact, marker="o", color=colour, label=f"{method} exact")
+        if ann:
+            ax.plot(*zip(*ann, strict=True), marker="x", ls="--", color=colour,
+                    label=f"{method} best ANN setting")  # fmt: skip
+    ax.set_xscale("log")
+    ax.xaxis.set_minor_formatter(NullFormatter())
+    ax.set_xlabel("collection size (items searched)")
+    ax.set_ylabel(metric)
+    grid(ax)
+    ax.legend(fontsize=7)
+    if title:
+        ax.set_title(title)
+    return save(fig, out_path)

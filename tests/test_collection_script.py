@@ -1,0 +1,189 @@
+"""``benchmarks/collection.py``, the collection-scale study, as a user runs it: arguments
+checked before any work (one line, exit 2), the study end to end at small size on
+cone-shaped embeddings (FAISS everywhere, Milvus Lite when installed), search-time
+sweeps on one build, ``--skip-existing``, and cells the HTML report reads."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import re
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from imsearch_align.collection import cone_vectors
+from imsearch_align.collection.settings import SettingError, auto_nlist, parse_index, resolve
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def study():
+    spec = importlib.util.spec_from_file_location(
+        "collection_script", ROOT / "benchmarks" / "collection.py"
+    )
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+@pytest.fixture(scope="module")
+def emb(tmp_path_factory) -> Path:
+    """300 images x 24-d and two captions each x 16-d, unit norm, sharing a cone-shaped
+    latent (mean pairwise cosine about 0.4, as a real encoder's)."""
+    d = tmp_path_factory.mktemp("emb")
+    rng = np.random.default_rng(0)
+    z = cone_vectors(300, 12, seed=1).astype(np.float64)
+    X = z @ rng.standard_normal((12, 24)) + 0.05 * rng.standard_normal((300, 24))
+    ti = np.repeat(np.arange(300), 2)
+    Y = z[ti] @ rng.standard_normal((12, 16)) + 0.05 * rng.standard_normal((600, 16))
+    X /= np.linalg.norm(X, axis=1, keepdims=True)
+    Y /= np.linalg.norm(Y, axis=1, keepdims=True)
+    np.save(d / "image.npy", X.astype(np.float32))
+    np.save(d / "text.npy", Y.astype(np.float32))
+    np.save(d / "text_image.npy", ti.astype(np.int64))
+    return d
+
+
+def _argv(emb: Path, out: Path, tmp: Path, *extra: str) -> list[str]:
+    return ["--embeddings", str(emb), "--out", str(out), "--no-progress",
+            "--truth-cache", str(tmp / "truth"), "--queries", "80", "--latency-queries", "5",
+            *extra]  # fmt: skip
+
+
+FAISS_GRID = ["--index", "faiss:flat", "faiss:ivf_flat:nprobe=1,4",
+              "faiss:hnsw:M=8,efConstruction=40,efSearch=8,32"]  # fmt: skip
+
+
+def test_index_settings_parse_sweeps_and_builds():
+    (s,) = parse_index("faiss:hnsw:M=16,efConstruction=100:efSearch=16,32,64,128")
+    assert s.build == {"M": 16, "efConstruction": 100}
+    assert s.sweep == {"efSearch": (16, 32, 64, 128)}
+    two = parse_index("faiss:hnsw:M=8,16,efSearch=32,max_size=100000")
+    assert [b.build["M"] for b in two] == [8, 16] and two[0].max_size == 100_000
+    (ivf,) = parse_index("faiss:ivf:nprobe=1,8,64")
+    build, grid = resolve(ivf, 1000)
+    assert build == {"nlist": auto_nlist(1000)} == {"nlist": 25}
+    assert grid == [{"nprobe": 1}, {"nprobe": 8}, {"nprobe": 25}]  # capped at nlist
+    (m,) = parse_index("milvus:hnsw:M=16,ef=16,64")
+    assert m.index_type == "HNSW" and m.sweep == {"ef": (16, 64)}
+    with pytest.raises(SettingError, match=r"Milvus Lite refuses it"):
+        parse_index("milvus-lite:IVF_PQ")
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        (
+            ["--index", "faiss:hnsw:nprobe=4"],
+            r"nprobe is not a parameter of faiss index 'hnsw'; it accepts M, efConstruction, efSearch",
+        ),
+        (["--index", "faiss:annoy"], r"store faiss has no index 'annoy'; it accepts flat, hnsw"),
+        (["--index", "faiss:ivf_flat:nlist=16,nprobe=32"], r"nprobe must be in \[1, 16\]"),
+        (["--index", "milvus-lite:FLAT"], r"store milvus-lite is not in --stores"),
+        (["--stores", "faiss", "nosuch"], r"--stores: unknown store 'nosuch'"),
+        (["--stores", "milvus"], r"--stores milvus needs --uri"),
+        (["--methods", "asif"], r"--methods asif: it maps into a sparse space"),
+        (["--sizes", "500", "--distractors", "100"], r"--sizes 500 is more than the 100"),
+        (
+            ["--stores", "milvus-lite", "--sizes", "1000000", "--distractors", "1000000"],
+            r"has 1,000,\d+ rows, more than --stores milvus-lite serves \(at most 1,000,000\).*"
+            r"--stores milvus --uri",
+        ),
+        (
+            ["--stores", "qdrant-local", "--sizes", "100000"],
+            r"more than --stores qdrant-local serves \(at most 100,000\)",
+        ),
+    ],
+)
+def test_a_bad_argument_is_one_line_before_any_work(study, emb, tmp_path, capsys, extra, message):
+    out = tmp_path / "out"
+    assert study.main(_argv(emb, out, tmp_path, "--methods", "procrustes", *extra)) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and re.search(message, err), err
+    assert err.count("\n") == 1 and "Traceback" not in err
+    assert not out.exists()
+
+
+def test_distractors_of_another_dimension_are_refused_by_name(study, emb, tmp_path, capsys):
+    f = tmp_path / "other.npy"
+    np.save(f, cone_vectors(50, 7))
+    out = tmp_path / "out"
+    argv = _argv(emb, out, tmp_path, "--methods", "procrustes", "--distractors", str(f))
+    assert study.main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: distractors") and "dimension 7" in err and "dimension 24" in err
+    assert err.count("\n") == 1 and not out.exists()
+
+
+def test_the_study_end_to_end_with_faiss(study, emb, tmp_path, capsys):
+    """Every cell: its JSON satisfies the report contract, FLAT is the exact ceiling,
+    each search sweep reused one build, and the report charts them."""
+    from imsearch_align.report_html import read_cell, write_report
+
+    out = tmp_path / "out"
+    argv = _argv(emb, out, tmp_path, "--sizes", "0", "1500", *FAISS_GRID)
+    assert study.main(argv) == 0
+    text = capsys.readouterr().out
+    assert "20/20 cells ok" in text  # 2 methods x 2 sizes x (1 + 2 + 2) settings
+    cells = [json.loads(p.read_text()) for p in sorted(out.glob("*.json"))]
+    assert len(cells) == 20
+    for c in cells:
+        cell = read_cell(c)
+        assert cell.kind == "collection_scale" and cell.collection_size in (90, 1590)
+        assert {"t2i/HitRate@1", "t2i/HitRate@5", "t2i/HitRate@10", "t2i/nDCG@10",
+                "t2i/ann_recall@10"} <= set(cell.metrics)  # fmt: skip
+        assert set(cell.latency_ms) == {"p50", "p95", "p99"} and cell.queries_per_s > 0
+        assert c["timings"]["insert_rows_per_s"] > 0 and c["memory"]["bytes"] is not None
+        if cell.exact:
+            assert c["metrics"]["t2i/ann_recall@10"] == 1.0
+            for m, v in c["exact_metrics"].items():
+                assert c["metrics"][m] == pytest.approx(v, abs=1e-12)
+        else:
+            assert c["index"]["sweep"] == "set_search_params" and c["index"]["builds"] == 1
+    big = [c for c in cells if c["collection"]["size"] == 1590]
+    assert {c["collection"]["source"]["kind"] for c in big} == {"SyntheticSource"}
+    for name in ("collection.csv", "leaderboard.md", "quality_vs_qps_t2i.png",
+                 "quality_vs_size_t2i.png"):  # fmt: skip
+        assert (out / name).stat().st_size > 0
+    html = write_report(out).read_text()
+    assert "Pareto frontier" in html
+
+
+def test_skip_existing_resumes_without_rebuilding(study, emb, tmp_path, capsys):
+    out = tmp_path / "out"
+    argv = _argv(emb, out, tmp_path, "--methods", "procrustes", "--sizes", "0", "600",
+                 "--index", "faiss:flat", "faiss:ivf_flat:nprobe=1,4")  # fmt: skip
+    assert study.main(argv) == 0
+    files = {p: p.stat().st_mtime_ns for p in out.glob("*.json")}
+    assert len(files) == 6
+    gone = sorted(files)[0]
+    gone.unlink()
+    capsys.readouterr()
+    assert study.main([*argv, "--skip-existing"]) == 0
+    cap = capsys.readouterr()
+    assert cap.err.count("reused") == 5 and "6/6 cells ok" in cap.out
+    assert gone.exists()
+    for p, stamp in files.items():
+        if p != gone:
+            assert p.stat().st_mtime_ns == stamp
+
+
+def test_milvus_lite_joins_the_study(study, emb, tmp_path, capsys):
+    pytest.importorskip("milvus_lite")
+    out = tmp_path / "out"
+    argv = _argv(emb, out, tmp_path, "--methods", "procrustes", "--sizes", "0", "500",
+                 "--stores", "faiss", "milvus-lite", "--index", "faiss:flat",
+                 "milvus-lite:FLAT")  # fmt: skip
+    assert study.main(argv) == 0
+    cells = [json.loads(p.read_text()) for p in out.glob("*.json")]
+    lite = {c["collection"]["size"]: c for c in cells if c["store"] == "milvus-lite"}
+    flat = {c["collection"]["size"]: c for c in cells if c["store"] == "faiss"}
+    assert set(lite) == set(flat) == {90, 590}
+    for size, c in lite.items():
+        assert c["index"]["sweep"] == "rebuilt" and c["disk_bytes"] > 0
+        assert c["metrics"]["t2i/ann_recall@10"] == 1.0
+        for m in ("t2i/HitRate@10", "t2i/nDCG@10"):
+            assert c["metrics"][m] == pytest.approx(flat[size]["metrics"][m], abs=1e-9)
