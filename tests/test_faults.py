@@ -675,3 +675,102 @@ def test_a_store_that_lies_is_caught_without_ann_fidelity(
     assert "answers to a sample of" in err and problem in err
     res = result_in(tmp_path)
     assert res.status.state == "degraded" and not res.rankings["t2i"].fidelity
+
+
+# ----------------------------------------------------------------------------- issue 28: one folder, two runs
+
+#: ``S`` of issue 28: the synthetic experiment a new user runs first.
+S = [
+    "--dataset", "synthetic", "--dataset-param", "n_images=200",
+    "--image-encoder", "none", "--text-encoder", "none",
+    "--method", "csa", "--n-support", "100", "--no-progress",
+]  # fmt: skip
+
+#: A plug-in store for these tests: ExactStore sleeping ``SLOW_S`` before each search.
+SLOW_STORE = '''
+import os
+import time
+
+from imsearch_align.adapters.exact import ExactStore
+from imsearch_align.framework.registry import STORES
+
+
+@STORES.register("slow-exact")
+class SlowExact(ExactStore):
+    """ExactStore that sleeps SLOW_S seconds before each search."""
+
+    def search(self, *args, **kw):
+        time.sleep(float(os.environ.get("SLOW_S", "0")))
+        return super().search(*args, **kw)
+'''
+
+
+def start_slow(tmp_path: Path, *args: str, **env: str) -> subprocess.Popen:
+    """Start ``imsearch-align ARGS`` with the ``slow-exact`` store of :data:`SLOW_STORE`."""
+    mod = tmp_path / "slow_exact_store.py"
+    if not mod.exists():
+        mod.write_text(SLOW_STORE)
+    path = os.pathsep.join([str(tmp_path), str(HERE), os.environ.get("PYTHONPATH", "")])
+    return subprocess.Popen(
+        [sys.executable, "-m", "imsearch_align.cli", "--plugin", "slow_exact_store", *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=_env(PYTHONPATH=path.rstrip(os.pathsep), **env),
+    )
+
+
+def finish(*procs: subprocess.Popen, timeout: float = 180) -> list[tuple[str, str]]:
+    """Wait for every process; each must exit 0."""
+    done = [p.communicate(timeout=timeout) for p in procs]
+    for p, (stdout, stderr) in zip(procs, done):
+        assert p.returncode == 0, (stdout, stderr)
+    return done
+
+
+def test_two_runs_of_different_configs_into_one_folder_keep_both_results(tmp_path: Path) -> None:
+    """Issue 28.1: ``eval S --seed 1`` and ``--seed 2`` at once into one folder: the
+    templated name fits both; each result is kept (the second beside the first)."""
+    out = tmp_path / "out"
+    args = ["eval", *S, "--store", "slow-exact", "--batch-size", "8", "--output-dir", str(out)]
+    # Both runs pick their file name before the other writes (each searches for ~1.5 s).
+    procs = [start_slow(tmp_path, *args, "--seed", s, SLOW_S="0.1") for s in ("1", "2")]
+    with running(procs[0]), running(procs[1]):
+        done = finish(*procs)
+    files = sorted(out.glob("*.json"))
+    results = [ExperimentResult.load(f) for f in files]
+    assert sorted(r.config.seed for r in results) == [1, 2], files
+    assert all(r.status.ok for r in results)
+    # Each names its own file, with its own per-query table beside it.
+    printed = {
+        ln.split()[1] for out, _ in done for ln in out.splitlines() if ln.startswith("result:")
+    }
+    assert printed == {str(f) for f in files}
+    for f, r in zip(files, results):
+        assert r.per_query_file == f.with_suffix(".per_query.parquet").name
+        assert f.with_suffix(".per_query.parquet").is_file()
+
+
+def test_two_identical_runs_into_one_folder_each_measure_their_own_speed(tmp_path: Path) -> None:
+    """Issue 28.7: a live run's checkpoints belong to it. A second run of the same config
+    started while the first searches takes none of its batches as a resume: both
+    results have every batch searched and a measured speed."""
+    out = tmp_path / "out"
+    args = ["eval", *S, "--store", "slow-exact", "--batch-size", "8", "--workers", "1",
+            "--output-dir", str(out)]  # fmt: skip
+    first = start_slow(tmp_path, *args, "--output", "first.json", SLOW_S="0.4")
+    with running(first):
+        wait_for(
+            "the first run checkpointed two batches", lambda: len(checkpoints(out)) >= 2, first
+        )
+        second = start_slow(tmp_path, *args, "--output", "second.json", SLOW_S="0")
+        with running(second):
+            finish(first, second)
+    for name in ("first.json", "second.json"):
+        res = ExperimentResult.load(out / name)
+        assert res.status.ok, name
+        for ranking in res.rankings.values():
+            t = ranking.timings
+            assert t.n_batches_resumed == 0 and t.n_batches_searched == t.n_batches > 0, name
+            assert t.queries_per_s is not None and t.queries_per_s > 0, name
+    assert not checkpoints(out)  # the last clean result removed every checkpoint

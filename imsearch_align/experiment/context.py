@@ -2,7 +2,7 @@
 
 :class:`TaskContext` is one cell: it fits the method on the support pairs,
 builds aligned spaces on demand (and lets a task release them), owns the
-store, the clock, the run token and what the cell measured (``done``,
+store, the clock, the run token (:mod:`.runs`) and what the cell measured (``done``,
 ``per_query``, ``notes``). It is the
 :class:`~imsearch_align.experiment.search.SearchContext` that tasks pass to
 :func:`~imsearch_align.experiment.search.index_and_evaluate`. What the
@@ -12,9 +12,7 @@ cells of a sweep share (:class:`Study`, :class:`RowGather`) is in
 
 from __future__ import annotations
 
-import os
 import time
-import uuid
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -30,6 +28,7 @@ from imsearch_align.experiment.components import (
     support_pairs,
 )
 from imsearch_align.experiment.config import ExperimentConfig
+from imsearch_align.experiment.runs import claim_run_token, release_run_token
 from imsearch_align.experiment.study import RowGather, Study
 from imsearch_align.framework._heap import release_freed_memory
 from imsearch_align.framework.interfaces import IdLookupProvider
@@ -40,44 +39,6 @@ __all__ = ["Clock", "RowGather", "Study", "TaskContext"]
 SUPPORT, TEST = "train", "test"
 #: Rows per call when a dense method transforms a split.
 TRANSFORM_BLOCK = 4096
-
-
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # alive, someone else's
-        return True
-    return True
-
-
-def _run_token(checkpoint_root: Path | None) -> str:
-    """This run's token (collection names, store ownership).
-
-    A run that resumes an interrupted one (same config, same output folder,
-    whose process is gone) takes its token, so it finds, owns and drops the
-    collections that run left behind; a run started while another with the
-    same config is still alive gets a token of its own (the two never share
-    a collection).
-    """
-    token = uuid.uuid4().hex[:8]
-    if checkpoint_root is None:
-        return token
-    path = checkpoint_root / "run_token"
-    try:
-        saved, pid_text = path.read_text().split()
-        pid = int(pid_text)
-    except (OSError, ValueError):  # none saved yet, or unreadable: this run's own token
-        saved, pid = "", 0
-    if saved.isalnum() and len(saved) <= 32 and not _pid_alive(pid):
-        token = saved
-    elif saved and _pid_alive(pid):
-        return token  # a live run owns the file: leave it alone
-    from imsearch_align.framework.atomic import atomic_write
-
-    atomic_write(path, f"{token} {os.getpid()}")
-    return token
 
 
 class Clock:
@@ -137,7 +98,9 @@ class TaskContext:
         self.clock = clock
         self.checkpoint_root = checkpoint_root
         self.progress = progress
-        self.run_token = _run_token(checkpoint_root)
+        #: This run's token: it names the run's collections and keys its
+        #: checkpoints (see :mod:`imsearch_align.experiment.runs`).
+        self.run_token = claim_run_token(checkpoint_root)
         self.method: Any = None
         self.space: tuple[int, bool] | None = None  # aligned (dimension, sparse)
         self.n_support_pairs = 0
@@ -315,8 +278,9 @@ class TaskContext:
         self.notes.append(reason)
 
     def close(self) -> None:
-        """Close the store and free the cell's arrays."""
+        """Close the store, free the cell's arrays and end the run's hold on its token."""
         self.release()
+        release_run_token(self.checkpoint_root, self.run_token)
         if self._store is not None:
             try:
                 self._store.close()

@@ -8,10 +8,10 @@ degraded or failed run, so running it again searches only what is missing).
 
 from __future__ import annotations
 
+import itertools
 import logging
 import os
-import shutil
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -19,11 +19,15 @@ import pandas as pd
 
 from imsearch_align.experiment.config import DEFAULT_OUTPUT_TEMPLATE, ExperimentConfig
 from imsearch_align.experiment.result import ExperimentResult, ResultSchemaError
+from imsearch_align.experiment.runs import finish_clean, folder_lock
 from imsearch_align.framework.atomic import atomic_write
 
 __all__ = ["OutputPlan", "check_writable"]
 
 log = logging.getLogger(__name__)
+
+#: The per-query table beside a result ``NAME.json``: ``NAME.per_query.parquet``.
+PER_QUERY_SUFFIX = ".per_query.parquet"
 
 
 def check_writable(out_dir: str | os.PathLike) -> None:
@@ -40,23 +44,81 @@ def check_writable(out_dir: str | os.PathLike) -> None:
         ) from None
 
 
-def _stored_key(path: Path) -> str | None:
-    """The config key of the result stored at ``path``; None when there is none
-    or it cannot be read (it is then overwritten, as a torn file is)."""
-    if not path.is_file():
-        return None
+def _obstacle(path: Path, key: str) -> str | None:
+    """Why ``path`` cannot take the result of config ``key`` (None: it can).
+
+    It can when nothing is there, or when what is there is provably this
+    config's own result (a readable result with this config key), its
+    per-query name free or holding a parquet. Anything else (another
+    config's result, a result of a newer schema, a user's file, a torn or
+    foreign file) is kept.
+    """
+    own = False
+    if os.path.lexists(path):
+        try:
+            stored = ExperimentResult.load(path).key
+        except (OSError, UnicodeDecodeError, ValueError, KeyError, TypeError) as exc:
+            reason = str(exc).replace(str(path), "it")
+            return f"{path} is not a result of this config ({type(exc).__name__}: {reason})"
+        if stored != key:
+            return f"{path} holds another experiment (config key {stored}, this one {key})"
+        own = True
+    per_query = path.with_suffix(PER_QUERY_SUFFIX)
+    if os.path.lexists(per_query) and not (own and _is_parquet(per_query)):
+        return f"{per_query} is not the per-query table of a result of this config"
+    return None
+
+
+def _is_parquet(path: Path) -> bool:
+    """A regular file with parquet's magic bytes at both ends."""
     try:
-        return ExperimentResult.load(path).key
-    except (OSError, UnicodeDecodeError, ValueError, KeyError, TypeError):  # incl. schema errors
-        return None
+        with open(path, "rb") as f:
+            head = f.read(4)
+            f.seek(-4, os.SEEK_END)
+            return path.is_file() and head == b"PAR1" and f.read(4) == b"PAR1"
+    except OSError:
+        return False
+
+
+def _beside(named: Path, key: str) -> Iterator[Path]:
+    """``NAME-<key>.json``, then ``NAME-<key>-2.json``, ``NAME-<key>-3.json``..."""
+    yield named.with_name(f"{named.stem}-{key}{named.suffix}")
+    for i in itertools.count(2):
+        yield named.with_name(f"{named.stem}-{key}-{i}{named.suffix}")
+
+
+def _choose(named: Path, key: str, *, chosen: Path | None = None) -> Path:
+    """``named`` if it can take this config's result, else the first name beside it
+    that can; a warning says why (none when the name is ``chosen``, already said)."""
+    first = _obstacle(named, key)
+    if first is None:
+        return named
+    path = next(p for p in _beside(named, key) if _obstacle(p, key) is None)
+    if path != chosen:
+        # What the template leaves out (the seed, an encoder, a parameter) differs,
+        # or the name holds a file that is not this config's: both are kept.
+        log.warning(
+            "%s: this one is written to %s, both are kept; add {key} to the output "
+            "template to name each experiment's file by its config",
+            first,
+            path.name,
+        )
+    return path
 
 
 @dataclass(frozen=True)
 class OutputPlan:
-    """The result path, its per-query file and the checkpoint folder of one config."""
+    """The result path, its per-query file and the checkpoint folder of one config.
+
+    ``path`` is the name chosen when the run starts (for ``--skip-existing``);
+    :meth:`write` chooses again under the folder's lock, from the templated
+    name ``named``, so runs that started together never take one file.
+    """
 
     path: Path | None = None
     checkpoint_root: Path | None = None
+    named: Path | None = None
+    key: str = ""
 
     @classmethod
     def make(
@@ -70,36 +132,22 @@ class OutputPlan:
         if output_dir is None:
             return cls()
         root = Path(output_dir)
-        path = root / name
-        check_writable(path.parent)
-        other = _stored_key(path)
-        if other is not None and other != config.key():
-            # Another experiment's result has this name (the template leaves out
-            # what differs: the seed, an encoder, a parameter): both are kept.
-            keyed = path.with_name(f"{path.stem}-{config.key()}{path.suffix}")
-            log.warning(
-                "%s holds another experiment (config key %s, this one %s): this one is "
-                "written to %s, both are kept; add {key} to the output template to name each "
-                "experiment's file by its config",
-                path,
-                other,
-                config.key(),
-                keyed.name,
-            )
-            path = keyed
-        return cls(path, root / ".checkpoints" / config.key())
+        named = root / name
+        check_writable(named.parent)
+        key = config.key()
+        return cls(_choose(named, key), root / ".checkpoints" / key, named, key)
 
     @property
     def per_query_path(self) -> Path | None:
         """The per-query parquet beside the result file."""
-        return None if self.path is None else self.path.with_suffix(".per_query.parquet")
+        return None if self.path is None else self.path.with_suffix(PER_QUERY_SUFFIX)
 
     def reusable(self, config: ExperimentConfig) -> ExperimentResult | None:
         """The stored result to keep under ``--skip-existing``, or None to run.
 
         Kept only when it is this config's result and its status is ``ok``; a
         degraded or failed result or a torn file means running again. (A file
-        of another config under the same name is never this plan's path:
+        that is not this config's result is never this plan's path:
         :meth:`make` writes this config's result beside it.)
         """
         if self.path is None or not self.path.exists():
@@ -125,15 +173,26 @@ class OutputPlan:
     def write(
         self, result: ExperimentResult, per_query: Sequence[pd.DataFrame]
     ) -> ExperimentResult:
-        """Write the per-query parquet and the result atomically; clean checkpoints."""
-        if self.path is None:
+        """Write the per-query parquet and the result atomically; clean checkpoints.
+
+        The name is chosen and both files written under the folder's lock
+        (:func:`~imsearch_align.experiment.runs.folder_lock`): a file that is
+        not provably this config's result is never replaced, and two runs
+        writing at once never take the same name.
+        """
+        if self.path is None or self.named is None or self.checkpoint_root is None:
             return result
-        if per_query and self.per_query_path is not None:
+        frame = None
+        if per_query:
             frame = pd.concat(per_query, ignore_index=True)
             frame["query_id"] = frame["query_id"].astype(str)
-            atomic_write(self.per_query_path, lambda f: frame.to_parquet(f, index=False))
-            result = result.with_(per_query_file=self.per_query_path.name)
-        atomic_write(self.path, result.to_json())
-        if result.status.ok and self.checkpoint_root is not None:
-            shutil.rmtree(self.checkpoint_root, ignore_errors=True)
-        return result.with_(path=str(self.path))
+        with folder_lock(self.checkpoint_root.parent):
+            path = _choose(self.named, self.key, chosen=self.path)
+            if frame is not None:
+                table = path.with_suffix(PER_QUERY_SUFFIX)
+                atomic_write(table, lambda f: frame.to_parquet(f, index=False))
+                result = result.with_(per_query_file=table.name)
+            atomic_write(path, result.to_json())
+        if result.status.ok:
+            finish_clean(self.checkpoint_root)
+        return result.with_(path=str(path))

@@ -15,7 +15,8 @@ Readers use this type only: :meth:`ExperimentResult.flatten` is the one
 leaderboard row, :meth:`ExperimentResult.summary` the console text,
 :meth:`ExperimentResult.to_json` / :meth:`ExperimentResult.from_json` the
 file (they round-trip exactly). Files written by imsearch-align 0.1.0
-(schema 1, no ``schema_version`` key) still load.
+(schema 1, no ``schema_version`` key) still load; a file without the key is
+read by the schema its keys fit, and one that fits none is refused.
 """
 
 from __future__ import annotations
@@ -272,7 +273,7 @@ class ExperimentResult:
             raise ResultSchemaError(
                 f"{path or 'data'} is not an imsearch-align result (no 'config' mapping)"
             )
-        version = d.get("schema_version", 1)
+        version = d["schema_version"] if "schema_version" in d else _schema_of(d, path)
         if version not in READABLE_SCHEMAS:
             raise ResultSchemaError(
                 f"{path or 'result'} has schema_version {version!r}; this imsearch-align reads "
@@ -333,6 +334,30 @@ class ExperimentResult:
         from imsearch_align.experiment.report import summary
 
         return summary(self)
+
+
+#: Keys only a schema 2 result has (written even when their value is None).
+_V2_KEYS = ("status", "task")
+#: Keys of a schema 1 result (0.1.0): its rankings, or a failed sweep cell's error.
+_V1_KEYS = ("tasks", "error")
+
+
+def _schema_of(d: Mapping[str, Any], path: str | None) -> int:
+    """The schema of a result without ``schema_version``, from the keys it holds.
+
+    Schema 1 (0.1.0) never wrote the key; a schema 2 result that lost it still
+    has ``status`` and ``task``. A file with neither layout is refused rather
+    than read as an empty result.
+    """
+    v2 = all(k in d for k in _V2_KEYS)
+    v1 = any(k in d for k in _V1_KEYS)
+    if v2 != v1:
+        return 2 if v2 else 1
+    raise ResultSchemaError(
+        f"{path or 'result'} has no schema_version and fits no result schema: expected the keys "
+        f"{' and '.join(_V2_KEYS)} (schema 2) or {' or '.join(_V1_KEYS)} (schema 1, "
+        f"imsearch-align 0.1.0); it has {', '.join(map(str, d)) or 'none'}"
+    )
 
 
 def _config_from_record(d: Mapping[str, Any]) -> ExperimentConfig:

@@ -8,7 +8,9 @@ variants of them) with one call of
 answers against the vectors (:mod:`.truth`), records each ranking in the
 cell and drops the collection. Checkpoints are keyed on everything that
 fixes the ranking: the documents and their ids, the config (method, store
-and dataset parameters) and the ranking's name.
+and dataset parameters) and the ranking's name; and on the run token, so a
+run resumes only the checkpoints of a run whose process is gone
+(:mod:`imsearch_align.experiment.runs`), never a live run's.
 
 What it needs of the cell is :class:`SearchContext` (a
 :class:`~imsearch_align.experiment.context.TaskContext` is one).
@@ -51,6 +53,8 @@ class SearchContext(Protocol):
     progress: bool
     #: Where search batches are checkpointed (None: nowhere).
     checkpoint_root: Path | None
+    #: This run's token: its checkpoints are its own (a live run's are never resumed).
+    run_token: str
     #: Per-query tables of the rankings measured so far (one frame a ranking).
     per_query: list[pd.DataFrame]
     #: Every ranking measured so far, by name (kept in a failed run's result).
@@ -142,7 +146,9 @@ def index_and_evaluate(
             workers=cfg.workers,
             seed=cfg.seed,
             progress=ctx.progress,
-            checkpoint_key=f"{cfg.key()}|{name}|{_digest(docs)}|{_digest(doc_ids)}|k={k}",
+            checkpoint_key=(
+                f"{cfg.key()}|{name}|{_digest(docs)}|{_digest(doc_ids)}|k={k}|run={ctx.run_token}"
+            ),
             tie_tolerance=cfg.tie_tolerance,
         )
         out: dict[str, RankingResult] = {}

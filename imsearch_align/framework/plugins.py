@@ -43,6 +43,7 @@ __all__ = [
     "PluginError",
     "PluginLoadError",
     "PluginProtocolError",
+    "builtin_name_message",
     "conflict_message",
     "current_origin",
     "default_origin",
@@ -293,6 +294,15 @@ def conflict_message(kind: str, name: str, who: list[str]) -> str:
         f"{kind} {name!r} is provided by {len(who)} plug-ins: "
         f"{'; '.join(who)}. Uninstall all but one "
         "(pip uninstall <distribution>) or rename one entry point"
+    )
+
+
+def builtin_name_message(kind: str, name: str, obj: Any) -> str:
+    """The message of a plug-in registering ``obj`` under a built-in ``kind``'s ``name``."""
+    return (
+        f"{kind} {name!r} is a built-in {kind}; a plug-in cannot replace it "
+        f"(got {obj!r} from {current_origin() or default_origin(obj)}): register it under "
+        "another name"
     )
 
 

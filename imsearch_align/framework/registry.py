@@ -20,6 +20,7 @@ import contextlib
 import difflib
 import importlib.metadata
 import inspect
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -129,6 +130,7 @@ class Registry:
         self.skip = skip
         self._check = check
         self._loaded = False
+        self._walked = False
         #: label -> error, for everything that failed (modules, entry points, protocol)
         self._failed: dict[str, str] = {}
         #: entry points found but not imported yet: name -> refs (several = conflict)
@@ -139,26 +141,55 @@ class Registry:
 
     # -- registration --------------------------------------------------------------
     def register(self, name: str) -> Callable[[T], T]:
-        """Decorator that registers ``obj`` under ``name``; a duplicate raises."""
+        """Decorator that registers ``obj`` under ``name``; a duplicate raises.
+
+        A registration made by a module outside this registry's built-in
+        packages (and outside ``imsearch_align``) is a plug-in's: the built-ins
+        are walked first, and a built-in's name is refused
+        (:class:`PluginConflictError`), whichever was imported first.
+        """
         if not isinstance(name, str) or not name:
             raise ValueError(f"{self.kind} registry: name must be a non-empty string, got {name!r}")
+        caller = sys._getframe(1).f_globals.get("__name__") or ""
 
         def deco(obj: T) -> T:
+            builtin = self._is_builtin_module(caller)
+            if not builtin:
+                self._walk_builtins()  # a plug-in never gets a built-in's name
             with plugins.LOCK:
-                if name in self._entries and self._entries[name] is not obj:
+                taken = self._entries.get(name, obj)
+                if taken is not obj and not builtin and self._origins.get(name) == BUILTIN:
+                    raise PluginConflictError(plugins.builtin_name_message(self.kind, name, obj))
+                if taken is not obj:
                     raise ValueError(
                         f"{self.kind} {name!r} is already registered (to "
-                        f"{self._entries[name]!r}, {self._origins.get(name, BUILTIN)})"
+                        f"{taken!r}, {self._origins.get(name, BUILTIN)})"
                     )
-                origin = plugins.default_origin(obj)
-                if origin != BUILTIN and plugins.current_origin() is not None:
-                    origin = str(plugins.current_origin())
                 self._entries[name] = obj
-                self._origins.setdefault(name, origin)
+                self._origins.setdefault(name, self._origin_of(obj, caller, builtin))
                 self._checked.discard(name)
             return obj
 
         return deco
+
+    def _is_builtin_module(self, module: str) -> bool:
+        """A module of ``imsearch_align`` or of this registry's built-in packages."""
+        return any(
+            module == pkg or module.startswith(f"{pkg}.")
+            for pkg in ("imsearch_align", *self.packages)
+        )
+
+    @staticmethod
+    def _origin_of(obj: Any, caller: str, builtin: bool) -> str:
+        """Where a registration of ``obj`` made by module ``caller`` comes from."""
+        if builtin:
+            return BUILTIN
+        origin = plugins.default_origin(obj)
+        if plugins.current_origin() is not None:
+            return str(plugins.current_origin())
+        if origin == BUILTIN:  # a built-in class registered by other code
+            return f"registered by {caller or 'unknown module'}"
+        return origin
 
     def unregister(self, name: str) -> None:
         """Forget ``name`` (a plug-in registered for a while, e.g. by a test);
@@ -171,6 +202,18 @@ class Registry:
             self._checked.discard(name)
 
     # -- loading -------------------------------------------------------------------------
+    def _walk_builtins(self) -> None:
+        """Import the built-in packages once (before any plug-in registers a name)."""
+        if self._walked:
+            return
+        with plugins.LOCK:
+            if self._walked:
+                return
+            self._walked = True
+            # One broken module must not hide the others; its error is shown
+            # when a name is not found and by failures().
+            self._failed.update(plugins.import_packages(self.packages, self.skip))
+
     def _ensure_loaded(self) -> None:
         if self._loaded:
             return
@@ -178,9 +221,7 @@ class Registry:
             if self._loaded:
                 return
             self._loaded = True
-            # One broken module must not hide the others; its error is shown
-            # when a name is not found and by failures().
-            self._failed.update(plugins.import_packages(self.packages, self.skip))
+            self._walk_builtins()
             plugins.load_env_plugins()
             if self.group:
                 self._discover()

@@ -159,3 +159,47 @@ def test_a_value_short_of_0_or_1_never_prints_as_0_or_1(value, digits, text):
     f32 = np.float32(value) if isinstance(value, float) else None
     if f32 is not None and f32 == f32 and f32 not in (0.0, 1.0):  # numpy floats alike
         assert float(fmt(f32, digits)) not in (0.0, 1.0)
+
+
+def test_a_result_without_schema_version_is_read_by_its_content(tmp_path):
+    """Issue 28.4: the version comes from what the file holds, never a default of 1."""
+    r = _result()
+    d = json.loads(r.to_json())
+    del d["schema_version"]
+    p = tmp_path / "r.json"
+    p.write_text(json.dumps(d))
+    back = ExperimentResult.load(p)
+    assert back.metrics.keys() == r.metrics.keys() and back.metrics
+    assert back.metric("t2i/HitRate@1") == 0.25 and back.status == r.status
+    # A 0.1.0 file (schema 1 never wrote the key) is still read as one.
+    raw = json.loads((DATA / "v1_retrieval.json").read_text())
+    assert "schema_version" not in raw
+    assert ExperimentResult.from_dict(raw).metrics
+
+
+@pytest.mark.parametrize(
+    "drop", [("task", "status"), ("task", "status", "metrics", "timings", "dataset")]
+)
+def test_a_file_that_fits_no_schema_is_an_error_naming_it(tmp_path, drop):
+    d = json.loads(_result().to_json())
+    for key in ("schema_version", *drop):
+        del d[key]
+    p = tmp_path / "no_schema.json"
+    p.write_text(json.dumps(d))
+    with pytest.raises(ResultSchemaError, match=r"no_schema\.json.*no schema_version") as err:
+        ExperimentResult.load(p)
+    assert "\n" not in str(err.value)
+
+
+def test_build_does_not_show_a_result_that_fits_no_schema(tmp_path):
+    from imsearch_align.leaderboard import LeaderboardWarning, load_results
+
+    good = _result()
+    (tmp_path / "good.json").write_text(good.to_json())
+    d = json.loads(good.to_json())
+    for key in ("schema_version", "task", "status"):
+        del d[key]
+    (tmp_path / "bad.json").write_text(json.dumps(d))
+    with pytest.warns(LeaderboardWarning, match=r"bad\.json.*no schema_version"):
+        df = load_results([tmp_path])
+    assert len(df) == 1 and df["t2i/HitRate@1"].tolist() == [0.25]

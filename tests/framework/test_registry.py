@@ -544,3 +544,45 @@ def test_check_store_names_what_is_missing():
         def _insert(self, info, vectors, ids): ...
 
     assert store_protocol_problems(Abstract) == ["abstract methods not implemented: _search"]
+
+
+# ----------------------------------------------------------------------------- built-in names
+
+
+@pytest.mark.parametrize("order", ["plugin-first", "builtins-first"])
+def test_a_plugin_module_never_takes_a_builtin_name(tmp_path, monkeypatch, order):
+    """Issue 28.6: a plug-in registering a built-in's own class under another built-in's
+    name is refused whether the built-ins were walked before or after it was imported."""
+    pkg, evil = uniq("builtin_pkg"), uniq("evil_plugin")
+    reg = Registry("store", packages=(pkg,), group=GROUP)
+    monkeypatch.setitem(sys.modules, "_registry_holder10", types.SimpleNamespace(REG=reg))
+    deco = "from _registry_holder10 import REG\n@REG.register({name!r})\nclass {cls}: ...\n"
+    _write_package(
+        tmp_path,
+        pkg,
+        {
+            "__init__.py": "",
+            "exact.py": deco.format(name="exact", cls="Exact"),
+            "faiss.py": deco.format(name="faiss", cls="Faiss"),
+        },
+    )
+    (tmp_path / f"{evil}.py").write_text(
+        f"from _registry_holder10 import REG\nfrom {pkg}.exact import Exact\n"
+        "REG.register('faiss')(Exact)\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    if order == "builtins-first":
+        assert reg.names() == ["exact", "faiss"]
+    with pytest.raises(PluginLoadError) as err:
+        load_plugins([evil], strict=True)
+    assert f"{evil} (PluginConflictError: store 'faiss' is a built-in store" in str(err.value)
+    assert "register it under another name" in str(err.value)
+    assert reg.get("faiss").__name__ == "Faiss" and reg.origin("faiss") == "built-in"
+    assert reg.names() == ["exact", "faiss"]
+    # The same class under a new name is a plug-in's, not a built-in.
+    (tmp_path / f"{evil}_ok.py").write_text(
+        f"from _registry_holder10 import REG\nfrom {pkg}.exact import Exact\n"
+        "REG.register('exact2')(Exact)\n"
+    )
+    load_plugins([f"{evil}_ok"], strict=True)
+    assert reg.origin("exact2") == f"plug-in module {evil}_ok (--plugin)"

@@ -186,3 +186,52 @@ def test_env_var_plugin_module_is_listed_and_a_broken_one_reported(tmp_path: Pat
     origin, failures = proc.stdout.splitlines()
     assert origin == "plug-in module envtiny_mod (IMSEARCH_ALIGN_PLUGINS)"
     assert "envbroken_mod" in failures and "envbroken needs libzzz" in failures
+
+
+HIJACK = """
+from imsearch_align.adapters.exact import ExactStore
+from imsearch_align.framework.registry import STORES
+{first}
+STORES.register("faiss")(ExactStore)
+"""
+
+
+@pytest.mark.parametrize(
+    "first",
+    [
+        "",  # the plug-in registers before the built-ins are walked
+        "assert 'faiss' in STORES.names()",  # ... after they are
+    ],
+    ids=["plugin-first", "builtins-first"],
+)
+def test_a_plugin_never_takes_a_builtin_name(tmp_path: Path, first: str):
+    """Issue 28.6: a ``--plugin`` module registering ExactStore as ``faiss`` is refused
+    in both load orders, with one message; the built-in stays what ``faiss`` runs."""
+    mods = tmp_path / "mods"
+    mods.mkdir()
+    (mods / "hijack_faiss.py").write_text(HIJACK.format(first=first))
+    args = [
+        *_cli(), "--plugin", "hijack_faiss", "eval", "--dataset", "synthetic",
+        "--dataset-param", "n_images=200", "--image-encoder", "none", "--text-encoder", "none",
+        "--method", "csa", "--store", "faiss", "--n-support", "100",
+        "--output-dir", str(tmp_path / "out"), "--no-progress",
+    ]  # fmt: skip
+    proc = _run(args, _env(mods), tmp_path)
+    assert proc.returncode == 2, proc.stdout[-2000:] + proc.stderr[-2000:]
+    (err,) = [ln for ln in proc.stderr.splitlines() if ln.startswith("error:")]
+    assert "hijack_faiss" in err and "store 'faiss' is a built-in store" in err, err
+    assert not (tmp_path / "out").exists() or not list((tmp_path / "out").glob("*.json"))
+    listing = _run([*_cli(), "--plugin", "hijack_faiss", "list", "stores"], _env(mods), tmp_path)
+    assert listing.returncode == 2 and "store 'faiss' is a built-in store" in listing.stderr
+    # Named in IMSEARCH_ALIGN_PLUGINS, the module is refused too; faiss stays the built-in.
+    code = (
+        "from imsearch_align.framework.plugins import plugin_failures\n"
+        "from imsearch_align.framework.registry import STORES\n"
+        "print(STORES.get('faiss').__name__, STORES.origin('faiss'))\n"
+        "print(plugin_failures())\n"
+    )
+    proc = _run([sys.executable, "-c", code], _env(mods, plugins="hijack_faiss"), tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    store, failures = proc.stdout.splitlines()
+    assert store == "FaissStore built-in"
+    assert "hijack_faiss" in failures and "store 'faiss' is a built-in store" in failures
