@@ -264,10 +264,11 @@ def test_another_configs_file_is_kept_and_this_one_written_beside_it(tmp_path, c
     assert "holds another experiment" in caplog.text and "both are kept" in caplog.text
     again = run_cfg()
     assert again.skipped and again.path == r.path
-    # An unreadable file is run again too.
+    # A file that is not a result (torn, or a user's) is never replaced: kept as it is.
     (tmp_path / "linear.json").write_text("{torn")
     again = run_cfg()
-    assert not again.skipped and ExperimentResult.load(tmp_path / "linear.json").status.ok
+    assert again.skipped and again.path == r.path
+    assert (tmp_path / "linear.json").read_text() == "{torn"
 
 
 def test_output_template_with_folders_writes_result_and_parquet_there(tmp_path):
