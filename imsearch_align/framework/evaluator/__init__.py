@@ -48,21 +48,21 @@ What a result promises (the reference harness got these wrong, see the README):
   (:class:`~imsearch_align.framework.interfaces.ThreadSafety`) has its
   ``search`` calls serialised; the other work stays parallel.
 
-The rooms: :mod:`.evaluator` (the class: settings and verbs), :mod:`.pool`
-(the batch loop, the thread pool, the retry budget), :mod:`.batches`
-(per-answer checks and the assembled run, :class:`Searched`),
-:mod:`.scoring` (the measures of a searched run), :mod:`.result`
-(:class:`BenchmarkResult` and the errors carrying a partial one),
-:mod:`.checkpoint`, :mod:`.frame` (imsearch_eval-style input) and
-:mod:`.progress`.
+The rooms, from the top: :mod:`.evaluator` (the class: settings and
+verbs), :mod:`.scoring` (the measures of a searched run), :mod:`.batches`
+(the assembled run, :class:`Searched`), :mod:`.pool` (the batch loop and
+the thread pool), :mod:`.attempts` (the retry budget), :mod:`.answers`
+(per-answer checks), :mod:`.result` (:class:`BenchmarkResult` and the
+errors carrying a partial one), :mod:`.checkpoint`, :mod:`.frame`
+(imsearch_eval-style input) and :mod:`.progress`.
 """
 
 from __future__ import annotations
 
+from imsearch_align.framework.evaluator.attempts import NOT_RETRIED
 from imsearch_align.framework.evaluator.batches import Searched
 from imsearch_align.framework.evaluator.checkpoint import remove_checkpoints
 from imsearch_align.framework.evaluator.evaluator import DEFAULT_MEASURES, BenchmarkEvaluator
-from imsearch_align.framework.evaluator.pool import NOT_RETRIED
 from imsearch_align.framework.evaluator.result import (
     BenchmarkResult,
     EvaluationAborted,

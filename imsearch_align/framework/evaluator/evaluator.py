@@ -1,8 +1,8 @@
 """:class:`BenchmarkEvaluator`: its settings and verbs.
 
 :meth:`~BenchmarkEvaluator.search` is the search phase alone (the batch loop
-of :mod:`.pool`, assembled by :mod:`.batches`: a run and bookkeeping, no
-measure); :meth:`~BenchmarkEvaluator.evaluate` searches and scores
+of :mod:`.pool`, given the store and settings as a plan, assembled by
+:mod:`.batches`: a run and bookkeeping, no measure); :meth:`~BenchmarkEvaluator.evaluate` searches and scores
 (:mod:`.scoring`) into a :class:`~.result.BenchmarkResult`;
 :meth:`~BenchmarkEvaluator.evaluate_frame` takes imsearch_eval-style frames
 (:mod:`.frame`).
@@ -24,7 +24,7 @@ import pandas as pd
 from imsearch_align.framework.evaluator.batches import Searched, assemble
 from imsearch_align.framework.evaluator.checkpoint import _Checkpoint
 from imsearch_align.framework.evaluator.frame import frame_inputs, relabel
-from imsearch_align.framework.evaluator.pool import _Context, search_all
+from imsearch_align.framework.evaluator.pool import _Context, _SearchPlan, search_all
 from imsearch_align.framework.evaluator.result import BenchmarkResult, NaNScoreError
 from imsearch_align.framework.evaluator.scoring import score
 from imsearch_align.framework.interfaces import VectorStoreAdapter, is_thread_safe
@@ -166,6 +166,25 @@ class BenchmarkEvaluator:
         s = self.store
         return 1 if isinstance(s, ParallelSearch) and s.parallel_search else self.workers
 
+    def _plan(self) -> _SearchPlan:
+        """The store and this evaluator's settings, as the batch loop takes them."""
+        return _SearchPlan(
+            store=self.store,
+            collection=self.collection,
+            k=self.k,
+            batch_size=self.batch_size,
+            workers=self._effective_workers(),
+            retries=self.retries,
+            retry_backoff_s=self.retry_backoff_s,
+            max_backoff_s=self.max_backoff_s,
+            retry_budget=self.retry_budget,
+            max_consecutive_failures=self.max_consecutive_failures,
+            progress=self.progress,
+            checkpoint_dir=self.checkpoint_dir,
+            checkpoint_key=self.checkpoint_key,
+            search_lock=self._search_lock,
+        )
+
     # ------------------------------------------------------------------ public
     def evaluate(
         self,
@@ -264,8 +283,6 @@ class BenchmarkEvaluator:
         return n
 
     # ------------------------------------------------------------------ core
-
-    # ------------------------------------------------------------------ core
     def _check_inputs(
         self,
         queries: Any,
@@ -309,9 +326,12 @@ class BenchmarkEvaluator:
         self, q: Any, qids: np.ndarray, labels: np.ndarray | None, cids: np.ndarray | None
     ) -> Searched:
         """Every batch searched or resumed, checked and assembled."""
-        ctx = _Context(self, q, qids, labels, cids)
+        plan = self._plan()
+        ctx = _Context(plan, q, qids, labels, cids)
+        if ctx.checkpoint is not None:
+            self._checkpoints.append(ctx.checkpoint)
         try:
-            batches = search_all(self, ctx)
+            batches = search_all(plan, ctx)
         except KeyboardInterrupt:
             ctx.attempts.stop.set()
             raise

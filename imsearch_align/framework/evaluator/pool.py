@@ -1,11 +1,12 @@
 """The batch loop: a pool of worker threads that stays full, one retry budget.
 
-:class:`_Context` is what one evaluation shares with its workers (the
-queries, their batches, the collection size, the checkpoint, the retry
-budget); :func:`search_all` loads checkpointed batches and searches the rest
-on daemon threads; :func:`run_batch` searches one batch with retries and
-checks its answer (:mod:`.batches`). :class:`_Attempts` is the retry budget,
-the failure streak and the store-unavailable verdict the workers share.
+:class:`_SearchPlan` is what the loop takes from its evaluator (the store
+and the call's settings); :class:`_Context` is what one evaluation shares
+with its workers (the queries, their batches, the collection size, the
+checkpoint, the retry budget of :mod:`.attempts`); :func:`search_all` loads
+checkpointed batches and searches the rest on daemon threads;
+:func:`run_batch` searches one batch with retries and checks its answer
+(:mod:`.answers`).
 """
 
 from __future__ import annotations
@@ -15,20 +16,21 @@ import math
 import queue
 import threading
 import time
-from collections import Counter
 from contextlib import nullcontext
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from pathlib import Path
+from typing import Any
 
 import numpy as np
 
-from imsearch_align.framework.evaluator.batches import (
+from imsearch_align.framework.evaluator.answers import (
     _Assembly,
     _IdTable,
     _order_problems,
     check_answer,
     hits_per_row,
 )
+from imsearch_align.framework.evaluator.attempts import NOT_RETRIED, _Attempts
 from imsearch_align.framework.evaluator.checkpoint import _Checkpoint
 from imsearch_align.framework.evaluator.progress import _progress
 from imsearch_align.framework.evaluator.result import _describe
@@ -36,25 +38,38 @@ from imsearch_align.framework.interfaces import (
     CollectionCatalog,
     SearchResult,
     StoreUnavailableError,
+    VectorStoreAdapter,
 )
 from imsearch_align.framework.validation import is_sparse
 
-if TYPE_CHECKING:
-    from imsearch_align.framework.evaluator.evaluator import BenchmarkEvaluator
-
-__all__ = ["NOT_RETRIED"]
+__all__ = ["search_all"]
 
 log = logging.getLogger("imsearch_align.framework.evaluator")
 
-#: Errors that the same request cannot heal: never retried.
-NOT_RETRIED: tuple[type[BaseException], ...] = (
-    LookupError,  # a collection that no longer exists (CollectionNotFoundError), a bad key
-    TypeError,
-    ValueError,
-    AttributeError,
-    NotImplementedError,
-    MemoryError,
-)
+
+@dataclass(frozen=True)
+class _SearchPlan:
+    """What the batch loop takes from its evaluator: the store and one call's settings.
+
+    ``workers`` is the number of threads already decided (1 for a store whose
+    one call uses every core); ``search_lock`` serialises ``store.search``
+    for a store that is not thread-safe (None otherwise).
+    """
+
+    store: VectorStoreAdapter
+    collection: str
+    k: int
+    batch_size: int
+    workers: int
+    retries: int
+    retry_backoff_s: float
+    max_backoff_s: float
+    retry_budget: int | None
+    max_consecutive_failures: int
+    progress: bool
+    checkpoint_dir: Path | None
+    checkpoint_key: str | None
+    search_lock: threading.Lock | None
 
 
 @dataclass
@@ -76,78 +91,12 @@ class _Batch:
     n_hits: np.ndarray | None = None
 
 
-class _Attempts:
-    """Retry budget, failure streak and the unavailable verdict, shared by the workers."""
-
-    def __init__(
-        self,
-        retries: int,
-        budget: int,
-        max_consecutive: int,
-        backoff_s: float,
-        max_backoff_s: float,
-    ) -> None:
-        self.retries = retries
-        self.budget = budget
-        self.max_consecutive = max_consecutive
-        self.backoff_s = backoff_s
-        self.max_backoff_s = max_backoff_s
-        self.lock = threading.Lock()
-        self.stop = threading.Event()
-        self.n_retries = 0
-        self.streak = 0
-        self.unavailable: BaseException | None = None
-        self.seen: Counter[str] = Counter()
-
-    def note_error(self, msg: str, collection: str) -> None:
-        """Count an error; log it the first time it is seen (one line, no traceback)."""
-        with self.lock:
-            self.seen[msg] += 1
-            first = self.seen[msg] == 1
-        if first:
-            log.warning("search of %s failed: %s", collection, msg)
-
-    def may_retry(self, attempt: int) -> bool:
-        """Whether attempt ``attempt`` (0-based) of a batch may be followed by another."""
-        if attempt >= self.retries or self.stop.is_set():
-            return False
-        with self.lock:
-            if self.n_retries >= self.budget:
-                return False
-            self.n_retries += 1
-            return True
-
-    def wait_backoff(self, attempt: int) -> None:
-        delay = min(self.backoff_s * 2**attempt, self.max_backoff_s)
-        if delay > 0:
-            self.stop.wait(delay)  # returns at once when the run is stopped
-
-    def failed(self, msg: str) -> None:
-        with self.lock:
-            self.streak += 1
-            if self.streak >= self.max_consecutive and self.unavailable is None:
-                self.unavailable = StoreUnavailableError(
-                    f"{self.streak} searches failed in a row; last error: {msg}"
-                )
-                self.stop.set()
-
-    def succeeded(self) -> None:
-        with self.lock:
-            self.streak = 0
-
-    def declare_unavailable(self, exc: BaseException) -> None:
-        with self.lock:
-            if self.unavailable is None:
-                self.unavailable = exc
-            self.stop.set()
-
-
 class _Context:
     """Everything one :meth:`BenchmarkEvaluator.evaluate` call shares with its workers."""
 
     def __init__(
         self,
-        ev: BenchmarkEvaluator,
+        plan: _SearchPlan,
         q: Any,
         qids: np.ndarray,
         labels: np.ndarray | None,
@@ -157,40 +106,49 @@ class _Context:
         self.qids = qids
         self.labels = labels
         self.cids = cids
-        self.k = ev.k
-        self.collection = ev.collection
+        self.k = plan.k
+        self.collection = plan.collection
         nq = q.shape[0]
-        self.spans = [(s, min(s + ev.batch_size, nq)) for s in range(0, nq, ev.batch_size)]
-        self.asm = _Assembly(nq, ev.k)
+        self.spans = [(s, min(s + plan.batch_size, nq)) for s in range(0, nq, plan.batch_size)]
+        self.asm = _Assembly(nq, plan.k)
         self.sparse = bool(is_sparse(q))
         self.search_wall_s = 0.0
-        budget = ev.retry_budget
+        budget = plan.retry_budget
         if budget is None:
             budget = max(8, math.ceil(len(self.spans) / 10))
         self.attempts = _Attempts(
-            ev.retries, budget, ev.max_consecutive_failures, ev.retry_backoff_s, ev.max_backoff_s
+            plan.retries,
+            budget,
+            plan.max_consecutive_failures,
+            plan.retry_backoff_s,
+            plan.max_backoff_s,
         )
         # The collection size, read once: a dense answer must hold min(k, count) hits.
         self.count: int | None = None
-        if not self.sparse and isinstance(ev.store, CollectionCatalog):
+        if not self.sparse and isinstance(plan.store, CollectionCatalog):
             try:
-                self.count = int(ev.store.count(ev.collection))
+                self.count = int(plan.store.count(plan.collection))
             except StoreUnavailableError:
                 raise
             except Exception as exc:  # short rows are then judged within each batch
                 log.warning(
                     "could not read the size of collection %s (%s); short answers are judged "
                     "against the longest answer of their batch",
-                    ev.collection,
+                    plan.collection,
                     _describe(exc),
                 )
         self.id_table = _IdTable(cids) if cids is not None else None
         self.checkpoint: _Checkpoint | None = None
-        if ev.checkpoint_dir is not None and ev.checkpoint_key is not None:
+        if plan.checkpoint_dir is not None and plan.checkpoint_key is not None:
             self.checkpoint = _Checkpoint.open(
-                ev.checkpoint_dir, ev.checkpoint_key, ev.k, ev.batch_size, q, qids, len(self.spans)
+                plan.checkpoint_dir,
+                plan.checkpoint_key,
+                plan.k,
+                plan.batch_size,
+                q,
+                qids,
+                len(self.spans),
             )
-            ev._checkpoints.append(self.checkpoint)
 
     def hits_per_row(self, res: SearchResult) -> np.ndarray | None:
         """Hits per row, for a dense collection of unknown size (else None)."""
@@ -222,15 +180,15 @@ def _resumed(ctx: _Context, batches: list[_Batch | None]) -> list[int]:
     return todo
 
 
-def search_all(ev: BenchmarkEvaluator, ctx: _Context) -> list[_Batch]:
+def search_all(plan: _SearchPlan, ctx: _Context) -> list[_Batch]:
     """Every batch of the call: loaded from the checkpoint or searched on the pool."""
     spans = ctx.spans
     batches: list[_Batch | None] = [None] * len(spans)
     todo = _resumed(ctx, batches)
-    bar = _progress(len(spans), ev.progress, desc=f"search {ev.collection}")
+    bar = _progress(len(spans), plan.progress, desc=f"search {plan.collection}")
     bar.update(len(spans) - len(todo))
     if todo:
-        _run_pool(ev, ctx, todo, batches, bar)
+        _run_pool(plan, ctx, todo, batches, bar)
     bar.close()
     for i in range(len(spans)):
         if batches[i] is None:
@@ -240,9 +198,7 @@ def search_all(ev: BenchmarkEvaluator, ctx: _Context) -> list[_Batch]:
     return [b for b in batches if b is not None]
 
 
-def _run_pool(
-    ev: BenchmarkEvaluator, ctx: _Context, todo: list[int], batches: list, bar: Any
-) -> None:
+def _run_pool(plan: _SearchPlan, ctx: _Context, todo: list[int], batches: list, bar: Any) -> None:
     """Search batches ``todo`` on worker threads, filling ``batches`` as they finish."""
     work: queue.SimpleQueue[int] = queue.SimpleQueue()
     for i in todo:
@@ -257,15 +213,15 @@ def _run_pool(
             except queue.Empty:
                 return
             try:
-                out = run_batch(ev, ctx, i)
+                out = run_batch(plan, ctx, i)
             except BaseException as exc:  # a bug in the checks: fail the batch, loudly
                 out = _Batch(i, error=f"internal error: {_describe(exc)}")
-                log.exception("batch %d of %s", i, ev.collection)
+                log.exception("batch %d of %s", i, plan.collection)
             done.put(out)
 
     threads = [
         threading.Thread(target=worker, daemon=True, name=f"imsearch-search-{j}")
-        for j in range(min(ev._effective_workers(), len(todo)))
+        for j in range(min(plan.workers, len(todo)))
     ]
     t0 = time.perf_counter()
     try:
@@ -289,7 +245,7 @@ def _run_pool(
     ctx.search_wall_s = time.perf_counter() - t0
 
 
-def run_batch(ev: BenchmarkEvaluator, ctx: _Context, i: int) -> _Batch:
+def run_batch(plan: _SearchPlan, ctx: _Context, i: int) -> _Batch:
     """Search batch ``i`` (retrying transient errors within the budget) and check its answer."""
     s, e = ctx.spans[i]
     q = ctx.q[s:e]
@@ -299,9 +255,9 @@ def run_batch(ev: BenchmarkEvaluator, ctx: _Context, i: int) -> _Batch:
         if att.stop.is_set():
             return _Batch(i, error="not searched: the run was stopped", cancelled=True)
         try:
-            with ev._search_lock or nullcontext():
+            with plan.search_lock or nullcontext():
                 t = time.perf_counter()
-                res = ev.store.search(ev.collection, q, ev.k)
+                res = plan.store.search(plan.collection, q, plan.k)
                 lat = time.perf_counter() - t
             if not isinstance(res, SearchResult):
                 raise TypeError(
@@ -310,12 +266,12 @@ def run_batch(ev: BenchmarkEvaluator, ctx: _Context, i: int) -> _Batch:
             if res.ids.shape[0] != e - s:
                 raise ValueError(f"store returned {res.ids.shape[0]} rows for {e - s} queries")
         except StoreUnavailableError as exc:
-            att.note_error(_describe(exc), ev.collection)
+            att.note_error(_describe(exc), plan.collection)
             att.declare_unavailable(exc)
             return _Batch(i, error=_describe(exc))
         except Exception as exc:
             msg = _describe(exc)
-            att.note_error(msg, ev.collection)
+            att.note_error(msg, plan.collection)
             att.failed(msg)
             if isinstance(exc, NOT_RETRIED) or not att.may_retry(attempt):
                 return _Batch(i, error=msg)
@@ -326,7 +282,7 @@ def run_batch(ev: BenchmarkEvaluator, ctx: _Context, i: int) -> _Batch:
         if row_errors and att.may_retry(attempt):
             # Short rows or foreign ids: another client may be rebuilding
             # the collection; asking again is cheap.
-            att.note_error(next(iter(row_errors.values())), ev.collection)
+            att.note_error(next(iter(row_errors.values())), plan.collection)
             att.wait_backoff(attempt)
             attempt += 1
             continue

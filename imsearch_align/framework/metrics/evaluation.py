@@ -1,12 +1,14 @@
 """Evaluation: :func:`evaluate` a run against judgements with the measure table's kernels.
 
-Maps the run's rows to the qrels queries, finds the hits
+Checks that the run's and the qrels' ids can match (strings never equal
+integers), maps the run's rows to the qrels queries, finds the hits
 (:mod:`~imsearch_align.framework.metrics.hits`) and dispatches every
 measure to its kernel through :func:`imsearch_align.framework.measures.compute`.
 """
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Sequence
 from typing import Any
 
@@ -15,7 +17,7 @@ import numpy as np
 from imsearch_align.framework import measures as _measures
 from imsearch_align.framework.measures import lookup, valid_measure_names
 from imsearch_align.framework.metrics.hits import _find_hits, _Hits
-from imsearch_align.framework.metrics.ids import _check_id_types, _index_of, py_scalar
+from imsearch_align.framework.metrics.ids import IdTypeWarning, _id_kind, _index_of, py_scalar
 from imsearch_align.framework.metrics.qrels import Qrels
 from imsearch_align.framework.metrics.result import EvaluationResult
 from imsearch_align.framework.metrics.run import Run
@@ -31,6 +33,53 @@ def _map_run(run: Run, qrels: Qrels) -> tuple[np.ndarray, np.ndarray, np.ndarray
     present = rq_pos >= 0
     run_row[rq_pos[present]] = np.flatnonzero(present)
     return run_row, qq[run_row < 0], run.query_ids[~present]
+
+
+def _count_str(ids: np.ndarray) -> int:
+    return int(sum(isinstance(x, str) for x in ids.ravel().tolist()))
+
+
+def _check_id_types(run: Run, qrels: Qrels) -> None:
+    """Raise when run and qrels doc ids share no type; warn with counts when some differ.
+
+    A store answers with integer ids; qrels read from a CSV or built from
+    strings may hold ``"12"`` for ``12``. They never compare equal, so every
+    query would score 0 with no other sign.
+    """
+    rq, qq = _id_kind(np.asarray(run.query_ids)), _id_kind(np.asarray(qrels.queries))
+    if {rq, qq} == {"int", "str"}:
+        raise TypeError(
+            f"evaluate: the run's query ids are {rq} (e.g. {py_scalar(run.query_ids[0])!r}) but "
+            f"the qrels' are {qq} (e.g. {py_scalar(qrels.queries[0])!r}); they can never match "
+            "and every query would score 0. Convert one side"
+        )
+    qk = qrels._doc_kind
+    if qk == "empty" or (qk == "int" and run.doc_ids.dtype != object):
+        return
+    if run.doc_ids.dtype != object:
+        rk = "int"
+        cells = run.doc_ids
+    else:
+        cells = run.doc_ids[~run.empty] if run.empty.any() else run.doc_ids.ravel()
+        rk = _id_kind(cells)
+    if rk == "empty" or (qk == rk and qk != "mixed"):
+        return
+    rel = qrels._positive[1]
+    if {qk, rk} == {"int", "str"}:
+        qex, rex = py_scalar(rel[0]), py_scalar(cells.ravel()[0])
+        raise TypeError(
+            f"evaluate: the qrels' relevant doc ids are {qk} (e.g. {qex!r}) but the run's doc ids "
+            f"are {rk} (e.g. {rex!r}); they can never match and every query would score 0. "
+            "Convert one side (e.g. Qrels(query_ids, doc_ids.astype(int), relevance))"
+        )
+    n_str_q, n_str_r = _count_str(rel), _count_str(cells)
+    warnings.warn(
+        f"evaluate: doc id types differ: {n_str_q} of {len(rel)} relevant qrels doc ids and "
+        f"{n_str_r} of {cells.size} run doc ids are strings, the rest integers; a string id "
+        "never matches an integer id",
+        IdTypeWarning,
+        stacklevel=3,
+    )
 
 
 def _duplicate_error(qid) -> ValueError:

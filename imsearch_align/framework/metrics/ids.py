@@ -2,22 +2,18 @@
 
 Ids are int64 or object (strings) arrays; ``-1`` (or ``None``) in a run is
 the no-hit marker. Also the DataFrame column check both constructors share
-and the run/qrels id type check :func:`~imsearch_align.framework.metrics.evaluate`
-makes before scoring.
+and :func:`_id_kind`, which the run/qrels id type check of
+:mod:`~imsearch_align.framework.metrics.evaluation` builds on. This room
+knows neither :class:`Run` nor :class:`Qrels`: both build on it.
 """
 
 from __future__ import annotations
 
-import warnings
 from collections.abc import Iterable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 import pandas as pd
-
-if TYPE_CHECKING:
-    from imsearch_align.framework.metrics.qrels import Qrels
-    from imsearch_align.framework.metrics.run import Run
 
 __all__ = ["IdTypeWarning", "py_scalar"]
 
@@ -106,53 +102,6 @@ def _id_kind(ids: np.ndarray) -> str:
     if kind == "string":
         return "str"
     return "mixed"
-
-
-def _count_str(ids: np.ndarray) -> int:
-    return int(sum(isinstance(x, str) for x in ids.ravel().tolist()))
-
-
-def _check_id_types(run: Run, qrels: Qrels) -> None:
-    """Raise when run and qrels doc ids share no type; warn with counts when some differ.
-
-    A store answers with integer ids; qrels read from a CSV or built from
-    strings may hold ``"12"`` for ``12``. They never compare equal, so every
-    query would score 0 with no other sign.
-    """
-    rq, qq = _id_kind(np.asarray(run.query_ids)), _id_kind(np.asarray(qrels.queries))
-    if {rq, qq} == {"int", "str"}:
-        raise TypeError(
-            f"evaluate: the run's query ids are {rq} (e.g. {py_scalar(run.query_ids[0])!r}) but "
-            f"the qrels' are {qq} (e.g. {py_scalar(qrels.queries[0])!r}); they can never match "
-            "and every query would score 0. Convert one side"
-        )
-    qk = qrels._doc_kind
-    if qk == "empty" or (qk == "int" and run.doc_ids.dtype != object):
-        return
-    if run.doc_ids.dtype != object:
-        rk = "int"
-        cells = run.doc_ids
-    else:
-        cells = run.doc_ids[~run.empty] if run.empty.any() else run.doc_ids.ravel()
-        rk = _id_kind(cells)
-    if rk == "empty" or (qk == rk and qk != "mixed"):
-        return
-    rel = qrels._positive[1]
-    if {qk, rk} == {"int", "str"}:
-        qex, rex = py_scalar(rel[0]), py_scalar(cells.ravel()[0])
-        raise TypeError(
-            f"evaluate: the qrels' relevant doc ids are {qk} (e.g. {qex!r}) but the run's doc ids "
-            f"are {rk} (e.g. {rex!r}); they can never match and every query would score 0. "
-            "Convert one side (e.g. Qrels(query_ids, doc_ids.astype(int), relevance))"
-        )
-    n_str_q, n_str_r = _count_str(rel), _count_str(cells)
-    warnings.warn(
-        f"evaluate: doc id types differ: {n_str_q} of {len(rel)} relevant qrels doc ids and "
-        f"{n_str_r} of {cells.size} run doc ids are strings, the rest integers; a string id "
-        "never matches an integer id",
-        IdTypeWarning,
-        stacklevel=3,
-    )
 
 
 def _no_hit_mask(d: np.ndarray) -> np.ndarray:

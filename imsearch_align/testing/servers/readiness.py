@@ -4,6 +4,11 @@ A Milvus Lite server is ready when its port is open and one gRPC call
 succeeds; a Milvus 2.3.5 standalone when its ``/healthz`` says OK (found on
 the metrics port its wrapper chose, read with psutil when installed) and
 one gRPC call succeeds.
+
+The checks read a server through :class:`RunningServer` (where it listens,
+its process, its extra ports): a
+:class:`~imsearch_align.testing.servers.handle.ServerHandle` is one, and
+this room does not depend on it.
 """
 
 from __future__ import annotations
@@ -12,14 +17,20 @@ import contextlib
 import subprocess
 import urllib.error
 import urllib.request
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from imsearch_align.testing.servers.processes import HOST, ServerStartError, port_in_use
 
-if TYPE_CHECKING:
-    from imsearch_align.testing.servers.handle import ServerHandle
+__all__ = ["RunningServer", "grpc_ready", "lite_ready", "standalone_ready"]
 
-__all__ = ["grpc_ready", "lite_ready", "standalone_ready"]
+
+class RunningServer(Protocol):
+    """What a readiness check reads of a server (a ``ServerHandle`` has all of it)."""
+
+    uri: str
+    port: int
+    process: subprocess.Popen
+    extra_ports: dict[str, int]
 
 
 def grpc_ready(uri: str) -> bool:
@@ -47,12 +58,12 @@ def grpc_ready(uri: str) -> bool:
                 client.close()
 
 
-def lite_ready(handle: ServerHandle) -> bool:
+def lite_ready(handle: RunningServer) -> bool:
     """Whether a Milvus Lite server answers: its port is open and one RPC succeeds."""
     return port_in_use(handle.port) and grpc_ready(handle.uri)
 
 
-def standalone_ready(handle: ServerHandle) -> bool:
+def standalone_ready(handle: RunningServer) -> bool:
     """Milvus's own ``/healthz`` (when psutil finds its port) plus one gRPC call."""
     metrics = _metrics_port(handle.process)
     if metrics is not None:
