@@ -7,9 +7,10 @@ A value type turns one command-line word into a value or raises
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from typing import Any
+
+from imsearch_align.experiment.flags import json_or_str
 
 __all__ = [
     "UsageError",
@@ -24,21 +25,6 @@ __all__ = [
 
 class UsageError(Exception):
     """A user error found before any work: printed as ``error: ...``, exit 2."""
-
-
-#: Python spellings of JSON's literals: ``--method-param equal_weights=False``
-#: must not be the (truthy) string "False".
-_PY_LITERALS = {"True": True, "False": False, "None": None}
-
-
-def json_or_str(text: str) -> Any:
-    """``text`` parsed as JSON (or a Python literal ``True``/``False``/``None``), else itself."""
-    if text.strip() in _PY_LITERALS:
-        return _PY_LITERALS[text.strip()]
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError:
-        return text
 
 
 def key_value(text: str) -> tuple[str, Any]:

@@ -12,18 +12,14 @@ is on the command line with nothing written here. A mapping is a repeatable
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import functools
-import types
-import typing
 from collections.abc import Callable, Collection, Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from imsearch_align.cli.common import UsageError, key_value, positive_int
-from imsearch_align.experiment.config import ExperimentConfig, Flag
 from imsearch_align.experiment.config_file import ConfigFileError, read_config_file
+from imsearch_align.experiment.flags import ConfigFlag, config_flags
 
 __all__ = [
     "GIVEN",
@@ -36,54 +32,6 @@ __all__ = [
 
 #: The attribute of the parsed arguments holding the flags given on the command line.
 GIVEN = "_given_flags"
-
-
-@dataclass(frozen=True)
-class ConfigFlag:
-    """One config field's flag: ``--flag``, its kind and the type of its values."""
-
-    field: str
-    flag: str  # without "--"
-    kind: str  # "mapping", "list", "bool" or "value"
-    item: type  # the value's type (a list's items'): str, int, float or bool
-    spec: Flag
-
-    @property
-    def dest(self) -> str:
-        """The attribute of the parsed arguments."""
-        return self.flag.replace("-", "_")
-
-
-def _item_type(tp: Any) -> type:
-    if typing.get_origin(tp) in (typing.Union, types.UnionType):
-        (tp,) = [a for a in typing.get_args(tp) if a is not type(None)]
-    if typing.get_origin(tp) is tuple:
-        tp = typing.get_args(tp)[0]
-    return tp if tp in (int, float, bool) else str
-
-
-def _kind(tp: Any) -> str:
-    origin = typing.get_origin(tp)
-    if origin in (Mapping, dict) or tp is Mapping:
-        return "mapping"
-    if origin is tuple:
-        return "list"
-    return "bool" if tp is bool else "value"
-
-
-@functools.cache
-def config_flags() -> tuple[ConfigFlag, ...]:
-    """Every config field's flag, in field order."""
-    hints = typing.get_type_hints(ExperimentConfig)
-    out = []
-    for f in dataclasses.fields(ExperimentConfig):
-        spec = f.metadata.get("flag", Flag())
-        kind = _kind(hints[f.name])
-        name = spec.name or (f.name.removesuffix("s") if kind == "mapping" else f.name)
-        out.append(
-            ConfigFlag(f.name, name.replace("_", "-"), kind, _item_type(hints[f.name]), spec)
-        )
-    return tuple(out)
 
 
 # ----------------------------------------------------------------------------- parser

@@ -24,12 +24,11 @@ import time
 from collections.abc import Mapping
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 import numpy as np
-import pandas as pd
 
-from imsearch_align.experiment.config import ExperimentConfig
+from imsearch_align.experiment.search_context import SearchContext
 from imsearch_align.experiment.truth import check_truth
 from imsearch_align.framework._heap import release_freed_memory
 from imsearch_align.framework.evaluator import EvaluationAborted
@@ -42,36 +41,6 @@ from imsearch_align.framework.validation import array_buffer, is_sparse
 __all__ = ["SearchContext", "default_measures", "index_and_evaluate"]
 
 log = logging.getLogger(__name__)
-
-
-class SearchContext(Protocol):
-    """What :func:`index_and_evaluate` needs of an experiment cell."""
-
-    #: The cell's config (k values, batch size, workers, seed, tie tolerance, truth check).
-    config: ExperimentConfig
-    #: Show progress bars.
-    progress: bool
-    #: Where search batches are checkpointed (None: nowhere).
-    checkpoint_root: Path | None
-    #: This run's token: its checkpoints are its own (a live run's are never resumed).
-    run_token: str
-    #: Per-query tables of the rankings measured so far (one frame a ranking).
-    per_query: list[pd.DataFrame]
-    #: Every ranking measured so far, by name (kept in a failed run's result).
-    done: dict[str, RankingResult]
-
-    @property
-    def store(self) -> VectorStoreAdapter:
-        """The cell's store."""
-        ...
-
-    def collection_name(self, ranking: str) -> str:
-        """A collection name owned by this run."""
-        ...
-
-    def note(self, reason: str) -> None:
-        """Record a reason the run is degraded."""
-        ...
 
 
 def default_measures(k_values: tuple[int, ...]) -> list[str]:

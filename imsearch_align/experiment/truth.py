@@ -22,7 +22,7 @@ from imsearch_align.framework.interfaces import (
 from imsearch_align.framework.ranking import RankingResult
 
 if TYPE_CHECKING:
-    from imsearch_align.experiment.search import SearchContext
+    from imsearch_align.experiment.search_context import SearchContext
 
 __all__ = ["TRUTH_SAMPLE", "check_truth"]
 

@@ -18,6 +18,7 @@ import shlex
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from imsearch_align.experiment.flags import config_flags, json_or_str
 from imsearch_align.framework.secrets import redact_uris as redact
 
 __all__ = ["commands_for", "eval_command", "redact", "sweep_command"]
@@ -35,7 +36,6 @@ def _defaults() -> dict[str, Any]:
 
 def _word(value: Any) -> str:
     """A ``KEY=VALUE`` value as the CLI reads it back (JSON where a plain word would not)."""
-    from imsearch_align.cli.common import json_or_str
 
     if isinstance(value, str) and json_or_str(value) == value:
         return value
@@ -63,7 +63,6 @@ def _flag_words(cf: Any, value: Any) -> list[str]:
 
 
 def _flags(config: Mapping[str, Any], skip: Sequence[str] = ()) -> list[str]:
-    from imsearch_align.cli.config_flags import config_flags
 
     defaults = _defaults()
     out: list[str] = []
