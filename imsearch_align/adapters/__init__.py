@@ -4,8 +4,9 @@ Stores (registered in ``imsearch_align.STORES``):
 
 * ``"exact"``: :class:`~imsearch_align.adapters.exact.ExactStore`, brute force,
   dense and sparse; the oracle for every other store.
-* ``"faiss"``: :class:`~imsearch_align.adapters.faiss_store.FaissStore`, flat /
-  HNSW / IVF, CPU or GPU.
+* ``"faiss"``: :class:`~imsearch_align.adapters.faiss_store.FaissStore`, flat,
+  HNSW, IVF-Flat, IVF-SQ8, IVF-PQ (search-time parameters swept without
+  rebuilding), CPU or GPU.
 * ``"milvus"``: ``MilvusStore`` (Milvus Lite or a Milvus server).
 * ``"lancedb"``: :class:`~imsearch_align.adapters.lancedb_store.LanceDBStore`,
   an embedded LanceDB database in a directory, flat or IVF.

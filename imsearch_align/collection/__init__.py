@@ -15,7 +15,11 @@ Rooms: :mod:`.sources` (the :class:`DistractorSource` interface,
 :class:`StreamDigest`), :mod:`.truth` and :mod:`.truth_result`
 (:func:`exact_truth`, :class:`CollectionTruth`), :mod:`.recall`
 (:func:`ann_recall_at_k`, :func:`compare_measures`), :mod:`.perf`
-(:func:`bench_truth`).
+(:func:`bench_truth`); the study's rooms :mod:`.settings` (index settings),
+:mod:`.prepare` (a method's inputs), :mod:`.measure` (one build's costs and
+speeds), :mod:`.study` (the cells), :mod:`.study_report` (CSV, leaderboard,
+figures), :mod:`.filters` (filtered search); :mod:`.cost_model` (a Milvus
+cluster for 10M and 100M vectors).
 
 **Distractor sources** (raw embeddings of one modality, the dataset's
 encoder; each yields ``(ids, raw_block)`` of at most ``block_rows`` rows from
