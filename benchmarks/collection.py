@@ -25,6 +25,12 @@ or ``dataset:NAME[:SPLIT]``. ``--index STORE:TYPE[:PARAMS]`` (repeatable; see
 search-time ones (``efSearch``, ``nprobe``, Milvus ``ef``) are swept on one
 build; ``max_size=N`` leaves a setting out above N distractors.
 
+``--filters 0.5 0.1 0.01``: every item carries a ``category`` attribute of
+known selectivity (relevant items in the kept categories) and each built
+index is also searched under a filter keeping that share of the collection
+(:mod:`imsearch_align.collection.filtered_study`): one ``kind: filtered``
+cell per selectivity, with ANN recall against the exact filtered truth.
+
 Writes into ``--out``: one JSON per cell (``kind: collection_scale``, read by
 ``imsearch-align report``), ``collection.csv``, ``leaderboard.md`` and the
 figures (quality against queries/s per size, quality against size). The
@@ -107,6 +113,10 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--directions", nargs="+", default=["t2i"], choices=["t2i", "i2t"])
     ap.add_argument("--queries", type=int, help="sampled queries (default 10000; --quick 1000)")
     ap.add_argument("--k", nargs="+", type=int, default=[1, 5, 10])
+    ap.add_argument(
+        "--filters", nargs="+", type=float, metavar="SHARE",
+        help="filtered search keeping these shares of the collection (e.g. 0.5 0.1 0.01)",
+    )  # fmt: skip
     ap.add_argument("--batch", type=int, default=100, help="queries per batched search call")
     ap.add_argument("--latency-queries", type=int, help="single queries timed (1000; --quick 100)")
     ap.add_argument("--block-rows", type=int, default=8192, help="rows per inserted block")
@@ -183,6 +193,14 @@ def _check_args(args: argparse.Namespace) -> None:
         raise UsageError(
             f"--sizes {max(args.sizes)} is more than the {int(spec)} --distractors rows"
         )
+    if args.filters:
+        from imsearch_align.collection.filters import selectivity_filter
+
+        for share in args.filters:
+            try:
+                selectivity_filter(share)
+            except ValueError as exc:
+                raise UsageError(f"--filters: {exc}") from None
     if Path(args.out).exists() and not Path(args.out).is_dir():
         raise UsageError(f"--out {args.out!r} is a file, not a folder")
 
@@ -241,9 +259,10 @@ def main(argv: list[str] | None = None) -> int:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     cells: list[dict[str, Any]] = []
+    filtered: list[dict[str, Any]] = []
     t0 = time.perf_counter()
     try:
-        _run(args, base, study, settings, sources, sizes, cells, argv)
+        _run(args, base, study, settings, sources, sizes, cells, argv, filtered)
     except KeyboardInterrupt:
         shutil.rmtree(out / ".stores", ignore_errors=True)
         print(
@@ -254,7 +273,10 @@ def main(argv: list[str] | None = None) -> int:
         return 130
     shutil.rmtree(out / ".stores", ignore_errors=True)  # Milvus Lite / Qdrant local data
     _finish(cells, args, out, t0)
-    return 0 if all((c.get("status") or {}).get("state") == "ok" for c in cells) else 1
+    if filtered:
+        bad = sum(1 for c in filtered if (c.get("status") or {}).get("state") != "ok")
+        print(f"filtered:    {len(filtered) - bad}/{len(filtered)} cells ok (kind 'filtered')")
+    return 0 if all((c.get("status") or {}).get("state") == "ok" for c in cells + filtered) else 1
 
 
 def _sources(args: argparse.Namespace, base: Any, study: Any) -> tuple[dict[str, Any], list[int]]:
@@ -283,9 +305,10 @@ def _sources(args: argparse.Namespace, base: Any, study: Any) -> tuple[dict[str,
     return sources, sorted(sizes)
 
 
-def _run(args, base, study, settings, sources, sizes, cells, argv) -> None:
+def _run(args, base, study, settings, sources, sizes, cells, argv, filtered) -> None:
     """Every cell: direction x method x support size x distractor count x setting."""
     from imsearch_align.collection import CollectionBlocks, exact_truth
+    from imsearch_align.collection.filtered_study import FilterPlan
     from imsearch_align.collection.prepare import prepare
     from imsearch_align.collection.study import CellBase, CellRunner
     from imsearch_align.framework.interfaces import StoreUnavailableError
@@ -297,7 +320,9 @@ def _run(args, base, study, settings, sources, sizes, cells, argv) -> None:
         latency_queries=args.latency_queries,
         skip_existing=args.skip_existing,
         seed=args.seed,
+        filters=FilterPlan(tuple(args.filters), seed=args.seed) if args.filters else None,
     )
+    runner.filtered_cells = filtered  # the caller's list: kept when interrupted
     command = ["python", "benchmarks/collection.py", *(sys.argv[1:] if argv is None else argv)]
     down: set[str] = set()
     for direction in args.directions:

@@ -33,9 +33,15 @@ Errors (all name the argument, what was expected and what came):
 * a store that cannot reach its backend after its own bounded retries
   raises :class:`~imsearch_align.framework.interfaces.StoreUnavailableError`.
 
+Filtered search: ``insert(..., attributes=)`` is checked here for every store
+and kept in ``CollectionInfo.attributes``; a store that does not filter
+refuses attributes, naming those that do. The ``search_filtered`` verb is
+:class:`~imsearch_align.adapters.filterable.FilterableStore`'s.
+
 Every name above is imported from here. Rooms: :mod:`~imsearch_align.adapters.naming`
 (the name rule, :class:`CollectionInfo`, the collection errors),
 :mod:`~imsearch_align.adapters.checks` (input checks),
+:mod:`~imsearch_align.adapters.attributes` (attribute and filter checks),
 :mod:`~imsearch_align.adapters.rows` (answer rows and the tie rule); this
 module holds :class:`BaseStore` and :func:`package_versions` (provenance).
 """
@@ -48,6 +54,11 @@ from typing import Any
 
 import numpy as np
 
+from imsearch_align.adapters.attributes import (
+    check_attributes,
+    keep_attributes,
+    no_filter_message,
+)
 from imsearch_align.adapters.checks import check_k, check_new_ids, check_vectors, refuse_stored
 from imsearch_align.adapters.naming import (
     METRICS,
@@ -66,7 +77,11 @@ from imsearch_align.adapters.rows import (
     finalize_rows,
     search_closing_ties,
 )
-from imsearch_align.framework.interfaces import SearchResult, StoreUnavailableError
+from imsearch_align.framework.interfaces import (
+    FilteredSearch,
+    SearchResult,
+    StoreUnavailableError,
+)
 from imsearch_align.framework.validation import check_ids, check_int
 
 __all__ = [
@@ -212,6 +227,21 @@ class BaseStore(ABC):
         m = check_vectors(vectors, "vectors", info)
         return info, m, check_ids(ids, "ids", n=int(m.shape[0]))
 
+    def _prepare_attributes(
+        self, info: CollectionInfo, attributes: Any, n: int
+    ) -> dict[str, np.ndarray]:
+        """Checks of ``insert(..., attributes=)``: name -> int64 values (``{}``: none); a
+        store that is not FilteredSearch refuses them, naming the stores that filter."""
+        if attributes is not None and not isinstance(self, FilteredSearch):
+            raise ValueError(f"attributes: {no_filter_message(self)}")
+        return check_attributes(
+            attributes, n, info, unattributed_rows=self._holds_unattributed_rows(info)
+        )
+
+    def _holds_unattributed_rows(self, info: CollectionInfo) -> bool:
+        """Whether rows were inserted without attributes (a store without ids: override)."""
+        return self.keeps_ids and info.attribute_names is None and info.count > 0
+
     def _check_new(self, info: CollectionInfo, ids: np.ndarray) -> None:
         """Refuse ids already stored in the collection."""
         if ids.size:
@@ -246,15 +276,24 @@ class BaseStore(ABC):
         self._create(info)
         self._register(info)
 
-    def insert(self, name: str, vectors: Any, ids: Any) -> None:
-        """Add ``vectors`` (float32 ``(n, d)`` or CSR for sparse collections) with new int64 ``ids``."""
+    def insert(self, name: str, vectors: Any, ids: Any, *, attributes: Any = None) -> None:
+        """Add ``vectors`` (float32 ``(n, d)`` or CSR for sparse collections) with new int64 ``ids``.
+
+        ``attributes``: ``{name: n integers}`` for filtered search, declared by the first
+        insert that carries them; every later insert carries the same names.
+        """
         info, m, new_ids = self._prepare_insert(name, vectors, ids)
+        attrs = self._prepare_attributes(info, attributes, int(m.shape[0]))
         self._check_new(info, new_ids)
         if m.shape[0] == 0:
             return
         if info.dim is None:
             info.dim = int(m.shape[1])
-        self._insert(info, m, new_ids)
+        if attrs:
+            self._insert_attributed(info, m, new_ids, attrs)
+        else:
+            self._insert(info, m, new_ids)
+        keep_attributes(info, attrs, values=self.keeps_ids)
         if self.keeps_ids:
             info.ids = np.concatenate([info.ids, new_ids])
 
@@ -347,6 +386,13 @@ class BaseStore(ABC):
     @abstractmethod
     def _search(self, info: CollectionInfo, queries: Any, k: int) -> SearchResult:
         """Top-``k`` of validated queries as finished rows: ordered by the tie rule, padded."""
+
+    def _insert_attributed(
+        self, info: CollectionInfo, vectors: Any, ids: np.ndarray, attributes: dict[str, np.ndarray]
+    ) -> None:
+        """Add rows with their checked int64 attributes. Default: ``_insert`` (the base keeps
+        the values in ``info.attributes``); Qdrant and LanceDB write them with the rows."""
+        self._insert(info, vectors, ids)
 
     def _drop(self, info: CollectionInfo) -> None:
         """Free a collection (default: forget its state)."""

@@ -16,6 +16,11 @@ lowest columns win (found with a vectorised cumulative count), and rows are
 finally ordered with ``np.lexsort``. A ``k`` larger than the collection
 returns the whole collection, padded with id ``-1`` / score ``-inf``.
 
+Filtered search (:class:`~imsearch_align.framework.interfaces.FilteredSearch`)
+scores only the rows the filter keeps: dense tiles are gathered from the
+kept rows (in id order, so the tie rule holds), a sparse search runs the same
+kernel on the kept rows' sub-matrix.
+
 Backends, measured on this machine (2 vCPU AVX-512, 2,000 x 20,000 x 512,
 k = 100, best of 3): the product takes 0.44 s with numpy (OpenBLAS,
 94 GFLOP/s) against 0.59 s with ``torch.mm`` (70 GFLOP/s), so the product
@@ -32,9 +37,10 @@ from typing import Any
 
 import numpy as np
 
-from imsearch_align.adapters.base import BaseStore, CollectionInfo, finalize_rows
+from imsearch_align.adapters.base import CollectionInfo, finalize_rows
+from imsearch_align.adapters.filterable import FilterableStore, sparse_search_kept
 from imsearch_align.adapters.sparse_search import SparseCollection
-from imsearch_align.framework.interfaces import SearchResult
+from imsearch_align.framework.interfaces import Filter, SearchResult
 from imsearch_align.framework.registry import STORES
 from imsearch_align.framework.validation import check_int
 
@@ -109,7 +115,7 @@ def topk_exact(
 
 
 @STORES.register("exact")
-class ExactStore(BaseStore):
+class ExactStore(FilterableStore):
     """Brute-force inner-product search over dense float32 or sparse CSR vectors.
 
     Args:
@@ -201,8 +207,33 @@ class ExactStore(BaseStore):
             )
             return SearchResult(ids=ids, scores=scores)
         data, ids = self._consolidated(info)
+        return self._dense_search(data, ids, queries, k)
+
+    def _search_filtered(
+        self, info: CollectionInfo, queries: Any, k: int, filter: Filter, keep: np.ndarray | None
+    ) -> SearchResult:
+        kept = info.ids[keep]
+        if info.sparse:
+            return sparse_search_kept(
+                info.state, queries, k, kept, max_memory_mb=self.max_memory_mb, threads=self.threads
+            )
+        data, ids = self._consolidated(info)
+        return self._dense_search(data, ids, queries, k, np.sort(np.searchsorted(ids, kept)))
+
+    def _dense_search(
+        self,
+        data: np.ndarray,
+        ids: np.ndarray,
+        queries: np.ndarray,
+        k: int,
+        rows: np.ndarray | None = None,
+    ) -> SearchResult:
+        """Tiled exact top-``k`` over ``data`` (rows in id order), or over its ``rows`` only
+        (ascending positions: tiles are gathered from them)."""
         backend = self._backend()
-        nq, n = queries.shape[0], data.shape[0]
+        if rows is not None:
+            ids = ids[rows]
+        nq, n = queries.shape[0], len(ids)
         kk = min(k, n)
         # ~8 bytes per score cell: the float32 tile plus masks and counts
         cells = max(1, self.max_memory_mb * (1 << 20) // 8)
@@ -216,7 +247,7 @@ class ExactStore(BaseStore):
             qs = queries[q0 : q0 + qb]
             best_i = best_s = None
             for d0 in range(0, n, db):
-                dt = data[d0 : d0 + db]
+                dt = data[d0 : d0 + db] if rows is None else data[rows[d0 : d0 + db]]
                 # a contiguous view of one reused buffer: no page faults per tile
                 s = buf[: qs.shape[0] * dt.shape[0]].reshape(qs.shape[0], dt.shape[0])
                 np.matmul(qs, dt.T, out=s)

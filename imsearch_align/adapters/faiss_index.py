@@ -31,6 +31,12 @@ A setting an index does not take (``nprobe`` on ``hnsw``, ``M`` on
 ``ivf_flat``), a wrong type or value, is refused before any work by
 :func:`make_spec` and :func:`check_search_params`, naming the parameter, the
 index and the parameters it accepts.
+
+Filtered search: :func:`row_selector` turns a mask over an index's rows
+(positions ``0..n-1``, insertion order) into an ``IDSelectorBitmap``, passed
+to every index type through its search parameters (``SearchParameters``,
+``SearchParametersIVF`` with ``nprobe``, ``SearchParametersHNSW`` with
+``efSearch``): faiss skips the rows it does not keep while it searches.
 """
 
 from __future__ import annotations
@@ -58,6 +64,8 @@ __all__ = [
     "make_spec",
     "new_index",
     "pq_subquantizers",
+    "row_selector",
+    "search_parameters",
     "training_sample",
 ]
 
@@ -287,3 +295,39 @@ def training_sample(blocks: list[np.ndarray], rows: int, seed: int = TRAIN_SEED)
         parts.append(b[pos[lo:hi] - start])
         start += len(b)
     return np.concatenate(parts)
+
+
+def row_selector(faiss: Any, keep: np.ndarray) -> tuple[Any, np.ndarray]:
+    """A faiss ``IDSelectorBitmap`` keeping the index rows where ``keep`` (bool ``(n,)``) is set.
+
+    Returns ``(selector, bitmap)``: the selector reads the bitmap's memory,
+    so the caller holds ``bitmap`` until its searches are done.
+    """
+    bitmap = np.packbits(np.asarray(keep, dtype=bool), bitorder="little")
+    return faiss.IDSelectorBitmap(len(keep), faiss.swig_ptr(bitmap)), bitmap
+
+
+def search_parameters(
+    faiss: Any,
+    spec: IndexSpec,
+    effective: Mapping[str, int],
+    nlist: int | None,
+    *,
+    nprobe: int | None = None,
+    sel: Any = None,
+) -> dict[str, Any]:
+    """``params=`` of one faiss search call of ``spec``'s index (empty: unfiltered flat).
+
+    ``effective``: the search-time values now (``efSearch`` / ``nprobe``);
+    ``nprobe`` overrides the latter, both capped at the built index's
+    ``nlist``; ``sel``: an ``IDSelector`` of the rows a filter keeps. Flat
+    closes its tie group over the kept rows; IVF re-searches a short row
+    in every list (the store's rule); HNSW keeps what its beam finds.
+    """
+    extra = {} if sel is None else {"sel": sel}
+    if spec.index == "hnsw":
+        return {"params": faiss.SearchParametersHNSW(efSearch=effective["efSearch"], **extra)}
+    if spec.ivf:
+        probe = min(nprobe or effective["nprobe"], nlist)
+        return {"params": faiss.SearchParametersIVF(nprobe=probe, **extra)}
+    return {"params": faiss.SearchParameters(**extra)} if extra else {}

@@ -34,6 +34,12 @@ same one ExactStore uses (so both stores answer sparse queries identically),
 with the sparse no-hit rule. FAISS has no sparse index, so an ANN index type
 refuses a sparse collection (a result labelled HNSW would be an exact search).
 
+Filtered search (FilteredSearch): the kept rows (attributes are kept in
+faiss row order) go to faiss as an ``IDSelectorBitmap`` in every index
+type's search parameters (:mod:`~imsearch_align.adapters.faiss_index`);
+HNSW then returns what its beam finds among them (fewer than ``k`` and lower
+recall at a low selectivity); a sparse collection is searched exactly.
+
 Speed note (``benchmarks/perf_stores.py``): the faiss-cpu wheel's bundled
 OpenBLAS falls back to a generic kernel on some CPUs, so ``IndexFlatIP`` can
 be several times slower than :class:`~imsearch_align.adapters.exact.ExactStore`
@@ -49,12 +55,7 @@ from typing import Any
 
 import numpy as np
 
-from imsearch_align.adapters.base import (
-    BaseStore,
-    CollectionInfo,
-    finalize_rows,
-    search_closing_ties,
-)
+from imsearch_align.adapters.base import CollectionInfo, finalize_rows, search_closing_ties
 from imsearch_align.adapters.faiss_index import (
     MIN_POINTS_PER_CENTROID,
     IndexSpec,
@@ -63,10 +64,13 @@ from imsearch_align.adapters.faiss_index import (
     make_spec,
     new_index,
     pq_subquantizers,
+    row_selector,
+    search_parameters,
     training_sample,
 )
+from imsearch_align.adapters.filterable import FilterableStore, sparse_search_kept
 from imsearch_align.adapters.sparse_search import SparseCollection
-from imsearch_align.framework.interfaces import SearchResult
+from imsearch_align.framework.interfaces import Filter, SearchResult
 from imsearch_align.framework.registry import STORES
 from imsearch_align.framework.validation import check_int
 
@@ -101,7 +105,7 @@ class _Dense:
 
 
 @STORES.register("faiss")
-class FaissStore(BaseStore):
+class FaissStore(FilterableStore):
     """Vector store on FAISS, metric inner product.
 
     Index parameters (see :mod:`~imsearch_align.adapters.faiss_index`; one
@@ -256,15 +260,13 @@ class FaissStore(BaseStore):
         out.update(st.search)
         return out
 
-    def _search_args(self, st: _Dense, nprobe: int | None = None) -> dict[str, Any]:
-        """``params=`` of one faiss search call (empty for flat)."""
-        p = self._effective(st)
-        if self.index == "hnsw":
-            return {"params": self._faiss.SearchParametersHNSW(efSearch=p["efSearch"])}
-        if self._spec.ivf:
-            probe = min(nprobe or p["nprobe"], st.index.nlist)
-            return {"params": self._faiss.SearchParametersIVF(nprobe=probe)}
-        return {}
+    def _search_args(
+        self, st: _Dense, nprobe: int | None = None, sel: Any = None
+    ) -> dict[str, Any]:
+        """``params=`` of one faiss search call (:func:`search_parameters`)."""
+        nlist = st.index.nlist if self._spec.ivf else None
+        eff = self._effective(st)
+        return search_parameters(self._faiss, self._spec, eff, nlist, nprobe=nprobe, sel=sel)
 
     # -- building ------------------------------------------------------------------
     def _build(self, info: CollectionInfo) -> None:
@@ -335,34 +337,57 @@ class FaissStore(BaseStore):
                 queries, k, max_memory_mb=self.max_memory_mb, threads=self.threads
             )
             return SearchResult(ids=ids, scores=scores)
-        kk = min(k, info.count)
+        return self._dense_search(info, queries, k, info.count)
+
+    def _search_filtered(
+        self, info: CollectionInfo, queries: Any, k: int, filter: Filter, keep: np.ndarray | None
+    ) -> SearchResult:
+        if info.sparse:
+            mem, threads = self.max_memory_mb, self.threads
+            kept = info.ids[keep]
+            return sparse_search_kept(
+                info.state, queries, k, kept, max_memory_mb=mem, threads=threads
+            )
+        sel, _bitmap = row_selector(self._faiss, keep)  # the bitmap lives until we return
+        try:
+            return self._dense_search(info, queries, k, int(keep.sum()), sel)
+        except RuntimeError as exc:
+            if not self.uses_gpu:
+                raise
+            msg = f"FaissStore(index={self.index!r}) on GPU: faiss refused the filter ({exc})"
+            raise ValueError(msg + "; use gpu=False for filtered search") from None
+
+    def _dense_search(
+        self, info: CollectionInfo, queries: Any, k: int, n: int, sel: Any = None
+    ) -> SearchResult:
+        """Top-``k`` of a dense collection among its ``n`` searchable rows (all, or those
+        the selector ``sel`` keeps)."""
+        kk = min(k, n)
         if self.uses_gpu and self.index != "hnsw" and kk > _GPU_MAX_K:
             raise ValueError(
                 f"k must be at most {_GPU_MAX_K} on a faiss GPU index (collection has "
                 f"{info.count} rows), got {k}; use gpu=False or ExactStore"
             )
         idx = self._built(info)
+        args = self._search_args(info.state, sel=sel)
         if self.index == "flat":
             # exact: the documents tied at the k-th score are chosen by id, not by faiss
             max_limit = _GPU_MAX_K if self.uses_gpu else None
 
             def search(rows: np.ndarray, limit: int) -> tuple[np.ndarray, np.ndarray]:
                 scores, pos = idx.search(
-                    queries if rows.size == len(queries) else queries[rows], limit
+                    queries if rows.size == len(queries) else queries[rows], limit, **args
                 )
                 return np.where(pos >= 0, info.ids[np.maximum(pos, 0)], -1), scores
 
-            ids, scores = search_closing_ties(
-                search, len(queries), info.count, kk, max_limit=max_limit
-            )
+            ids, scores = search_closing_ties(search, len(queries), n, kk, max_limit=max_limit)
             return finalize_rows(ids, scores, k)
-        args = self._search_args(info.state)
         scores, pos = idx.search(queries, kk, **args)
         short = np.flatnonzero((pos < 0).any(axis=1))
         if short.size and self._spec.ivf and args["params"].nprobe < idx.nlist:
             # A dense collection answers with min(k, count) hits; the probed
             # lists of these rows held fewer: search those rows in every list.
-            every = self._search_args(info.state, nprobe=idx.nlist)
+            every = self._search_args(info.state, nprobe=idx.nlist, sel=sel)
             scores[short], pos[short] = idx.search(queries[short], kk, **every)
         ids = np.where(pos >= 0, info.ids[np.maximum(pos, 0)], -1)
         return finalize_rows(ids, scores, k)

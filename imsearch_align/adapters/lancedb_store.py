@@ -11,6 +11,13 @@ This module is also the worked example of ``docs/adding-a-vector-store.md``:
 it subclasses :class:`~imsearch_align.adapters.base.BaseStore`, which does
 all input validation and bookkeeping, and writes four hooks.
 
+Filtered search (:class:`~imsearch_align.framework.interfaces.FilteredSearch`):
+each attribute is an int64 column of the table (a collection that declares
+attributes at its first insert gets them in its schema), and
+``search_filtered`` adds ``where("field IN (...)", prefilter=True)``: LanceDB
+filters before the vector search, so a flat search stays exact over the kept
+rows.
+
 Scores: LanceDB's ``dot`` distance is ``1 - <q, x>``, so the score is
 ``1 - distance`` (float32 rounding of about 1e-7 relative to ``|1 - <q,x>|``).
 """
@@ -24,13 +31,9 @@ from typing import Any
 
 import numpy as np
 
-from imsearch_align.adapters.base import (
-    BaseStore,
-    CollectionInfo,
-    finalize_rows,
-    search_closing_ties,
-)
-from imsearch_align.framework.interfaces import SearchResult
+from imsearch_align.adapters.base import CollectionInfo, finalize_rows, search_closing_ties
+from imsearch_align.adapters.filterable import FilterableStore
+from imsearch_align.framework.interfaces import Filter, SearchResult
 from imsearch_align.framework.optional import require
 from imsearch_align.framework.registry import STORES
 from imsearch_align.framework.validation import check_int
@@ -50,7 +53,7 @@ def _import_lancedb() -> Any:
 
 
 @STORES.register("lancedb")
-class LanceDBStore(BaseStore):
+class LanceDBStore(FilterableStore):
     """An embedded LanceDB database in a directory; one table per collection.
 
     Args:
@@ -97,8 +100,21 @@ class LanceDBStore(BaseStore):
         for name in self._db.list_tables().tables:
             table = self._db.open_table(name)
             dim = table.schema.field(_VEC).type.list_size
-            ids = table.to_arrow().column(_ID).to_numpy().astype(np.int64)
-            self._register(CollectionInfo(name=name, dim=dim, sparse=False, ids=ids, state=table))
+            data = table.to_arrow()
+            ids = data.column(_ID).to_numpy().astype(np.int64)
+            names = tuple(sorted(n for n in table.schema.names if n not in (_ID, _VEC))) or None
+            attrs = {n: data.column(n).to_numpy().astype(np.int64) for n in names or ()}
+            self._register(
+                CollectionInfo(
+                    name=name,
+                    dim=dim,
+                    sparse=False,
+                    ids=ids,
+                    state=table,
+                    attribute_names=names,
+                    attributes=attrs,
+                )
+            )
 
     @property
     def exact(self) -> bool:
@@ -108,9 +124,10 @@ class LanceDBStore(BaseStore):
     def __repr__(self) -> str:
         return f"LanceDBStore(path={str(self.path)!r}, index={self.index!r})"
 
-    def _schema(self, dim: int) -> Any:
+    def _schema(self, dim: int, names: tuple[str, ...] | None = None) -> Any:
         pa = self._pa
-        return pa.schema([pa.field(_ID, pa.int64()), pa.field(_VEC, pa.list_(pa.float32(), dim))])
+        fields = [pa.field(_ID, pa.int64()), pa.field(_VEC, pa.list_(pa.float32(), dim))]
+        return pa.schema(fields + [pa.field(n, pa.int64()) for n in names or ()])
 
     # -- hooks ------------------------------------------------------------------
     def _create(self, info: CollectionInfo) -> None:
@@ -119,17 +136,40 @@ class LanceDBStore(BaseStore):
             info.state = self._db.create_table(info.name, schema=self._schema(info.dim))
 
     def _insert(self, info: CollectionInfo, vectors: np.ndarray, ids: np.ndarray) -> None:
+        self._add(info, vectors, ids, {})
+
+    def _insert_attributed(
+        self,
+        info: CollectionInfo,
+        vectors: np.ndarray,
+        ids: np.ndarray,
+        attributes: dict[str, np.ndarray],
+    ) -> None:
+        self._add(info, vectors, ids, attributes)
+
+    def _add(
+        self,
+        info: CollectionInfo,
+        vectors: np.ndarray,
+        ids: np.ndarray,
+        attributes: dict[str, np.ndarray],
+    ) -> None:
+        """Append rows (and their attribute columns); (re)train an IVF index."""
         pa = self._pa
+        names = tuple(attributes) or None
         flat = pa.array(vectors.reshape(-1), type=pa.float32())
-        batch = pa.table(
-            {
-                _ID: pa.array(ids, type=pa.int64()),
-                _VEC: pa.FixedSizeListArray.from_arrays(flat, info.dim),
-            },
-            schema=self._schema(info.dim),
-        )
-        if info.state is None:
-            info.state = self._db.create_table(info.name, schema=self._schema(info.dim))
+        columns = {
+            _ID: pa.array(ids, type=pa.int64()),
+            _VEC: pa.FixedSizeListArray.from_arrays(flat, info.dim),
+        }
+        columns.update({n: pa.array(v, type=pa.int64()) for n, v in attributes.items()})
+        batch = pa.table(columns, schema=self._schema(info.dim, names))
+        if info.state is None or (names and info.attribute_names is None):
+            # no table yet, or an empty one whose schema gains the attribute columns
+            mode = "overwrite" if info.state is not None else "create"
+            info.state = self._db.create_table(
+                info.name, schema=self._schema(info.dim, names), mode=mode
+            )
         info.state.add(batch)
         if self.index == "ivf_flat":
             n = info.count + len(ids)
@@ -144,18 +184,34 @@ class LanceDBStore(BaseStore):
             )
 
     def _search(self, info: CollectionInfo, queries: np.ndarray, k: int) -> SearchResult:
+        return self._run(info, queries, k, int(info.state.count_rows()))
+
+    def _search_filtered(
+        self, info: CollectionInfo, queries: Any, k: int, filter: Filter, keep: np.ndarray | None
+    ) -> SearchResult:
+        where = f"{filter.field} IN ({', '.join(str(v) for v in filter.values)})"
+        return self._run(info, queries, k, int(keep.sum()), where)
+
+    def _run(
+        self, info: CollectionInfo, queries: np.ndarray, k: int, n: int, where: str | None = None
+    ) -> SearchResult:
+        """Top-``k`` among the ``n`` rows ``where`` keeps (all without it)."""
         if self.index == "ivf_flat":  # approximate: the index's own k
-            ids, scores = self._fetch(info, queries, k)
+            ids, scores = self._fetch(info, queries, k, where)
             return finalize_rows(ids, scores, k)
         # Exact: LanceDB keeps any k of the documents tied at the k-th score;
         # the tie rule (lowest ids) needs the whole group (search_closing_ties).
-        n = int(info.state.count_rows())
         ids, scores = search_closing_ties(
-            lambda rows, limit: self._fetch(info, queries[rows], limit), queries.shape[0], n, k
+            lambda rows, limit: self._fetch(info, queries[rows], limit, where),
+            queries.shape[0],
+            n,
+            k,
         )
         return finalize_rows(ids, scores, k)
 
-    def _fetch(self, info: CollectionInfo, queries: np.ndarray, k: int) -> tuple[Any, Any]:
+    def _fetch(
+        self, info: CollectionInfo, queries: np.ndarray, k: int, where: str | None = None
+    ) -> tuple[Any, Any]:
         """``(ids, scores)`` ``(nq, k)`` of LanceDB's top-k per query row (padded)."""
         nq = queries.shape[0]
         ids = np.full((nq, k), -1, dtype=np.int64)
@@ -167,6 +223,8 @@ class LanceDBStore(BaseStore):
                 .distance_type("dot")
                 .limit(k)
             )
+            if where is not None:
+                q = q.where(where, prefilter=True)
             if self.index == "ivf_flat":
                 q = q.nprobes(self.nprobe)
             else:

@@ -114,6 +114,10 @@ class CollectionInfo:
             store's data has id ``ids[i]``); empty and unused when the store
             sets ``keeps_ids = False`` (the server holds the ids).
         state: free slot for the subclass (an index, a data matrix, ...).
+        attribute_names: the integer attributes every row carries (declared
+            by the first insert that brought them, sorted); ``None``: none.
+        attributes: name -> int64 values parallel to ``ids`` (kept when the
+            store keeps ids; empty otherwise), what filtered search reads.
     """
 
     name: str
@@ -122,6 +126,8 @@ class CollectionInfo:
     metric: str = "ip"
     ids: np.ndarray = field(default_factory=lambda: np.empty(0, dtype=np.int64))
     state: Any = None
+    attribute_names: tuple[str, ...] | None = None
+    attributes: dict[str, np.ndarray] = field(default_factory=dict)
 
     @property
     def count(self) -> int:

@@ -33,6 +33,13 @@ with a non-zero inner product, padded with ``-1`` / ``-inf``.
 The collection's dimension and kind are kept in Qdrant's collection
 metadata, so a reopened store (``path=`` or ``url=``) knows them again;
 collections without it (made by other tools) are left alone.
+
+Filtered search (:class:`~imsearch_align.framework.interfaces.FilteredSearch`):
+each attribute is an integer payload field of the point (a payload index on
+a server; the names in the collection metadata), and ``search_filtered``
+sends ``Filter(must=[FieldCondition(key, MatchAny(values))])`` with every
+query: Qdrant filters while it searches, and the tie group at k is closed
+over the kept points as for ``search``.
 """
 
 from __future__ import annotations
@@ -46,14 +53,10 @@ from typing import Any
 
 import numpy as np
 
-from imsearch_align.adapters.base import (
-    BaseStore,
-    CollectionInfo,
-    finalize_rows,
-    search_closing_ties,
-)
+from imsearch_align.adapters.base import CollectionInfo, finalize_rows, search_closing_ties
+from imsearch_align.adapters.filterable import FilterableStore
 from imsearch_align.framework.errors import ConfigError
-from imsearch_align.framework.interfaces import SearchResult, StoreUnavailableError
+from imsearch_align.framework.interfaces import Filter, SearchResult, StoreUnavailableError
 from imsearch_align.framework.optional import require
 from imsearch_align.framework.registry import STORES
 from imsearch_align.framework.validation import check_int
@@ -88,7 +91,7 @@ def _make_folder(path: Path) -> None:
 
 
 @STORES.register("qdrant")
-class QdrantStore(BaseStore):
+class QdrantStore(FilterableStore):
     """Vector store on Qdrant (local mode or a server), metric inner product.
 
     Args:
@@ -231,13 +234,21 @@ class QdrantStore(BaseStore):
         if not isinstance(meta, dict) or "sparse" not in meta:
             log.debug("qdrant: collection %r has no %s metadata; left alone", name, _META)
             return
-        ids = []
+        names = tuple(meta.get("attributes") or ()) or None
+        ids: list[int] = []
+        values: dict[str, list[int]] = {n: [] for n in names or ()}
         offset = None
         while True:
             points, offset = self._client.scroll(
-                name, limit=10_000, offset=offset, with_payload=False, with_vectors=False
+                name,
+                limit=10_000,
+                offset=offset,
+                with_payload=list(names) if names else False,
+                with_vectors=False,
             )
             ids.extend(int(p.id) for p in points)
+            for n, col in values.items():
+                col.extend(int(p.payload[n]) for p in points)
             if offset is None:
                 break
         info = CollectionInfo(
@@ -246,11 +257,16 @@ class QdrantStore(BaseStore):
             sparse=bool(meta["sparse"]),
             ids=np.asarray(ids, dtype=np.int64),
             state=True,
+            attribute_names=names,
+            attributes={n: np.asarray(v, dtype=np.int64) for n, v in values.items()},
         )
         self._register(info)
 
-    def _meta(self, info: CollectionInfo) -> dict[str, Any]:
-        return {_META: {"dim": info.dim, "sparse": info.sparse}}
+    def _meta(self, info: CollectionInfo, names: tuple[str, ...] | None = None) -> dict[str, Any]:
+        meta: dict[str, Any] = {"dim": info.dim, "sparse": info.sparse}
+        if names:
+            meta["attributes"] = list(names)
+        return {_META: meta}
 
     # -- hooks ------------------------------------------------------------------
     def _create(self, info: CollectionInfo) -> None:
@@ -272,25 +288,49 @@ class QdrantStore(BaseStore):
         info.state = info.sparse or info.dim is not None
 
     def _insert(self, info: CollectionInfo, vectors: Any, ids: np.ndarray) -> None:
+        self._upsert(info, vectors, ids, {})
+
+    def _insert_attributed(
+        self, info: CollectionInfo, vectors: Any, ids: np.ndarray, attributes: dict[str, np.ndarray]
+    ) -> None:
+        self._upsert(info, vectors, ids, attributes)
+
+    def _upsert(
+        self, info: CollectionInfo, vectors: Any, ids: np.ndarray, attributes: dict[str, np.ndarray]
+    ) -> None:
+        """Write points in batches, each attribute an integer payload field."""
         m = self._models
+        names = tuple(attributes) or info.attribute_names
+        declare = bool(attributes) and info.attribute_names is None
         if not info.state:  # dense, created without dim: the dim is known now
             self._client.create_collection(
                 info.name,
                 vectors_config={_DENSE: m.VectorParams(size=info.dim, distance=m.Distance.DOT)},
-                metadata=self._meta(info),
+                metadata=self._meta(info, names),
             )
             info.state = True
-        elif info.sparse and info.count == 0:
-            self._client.update_collection(info.name, metadata=self._meta(info))
+        elif (info.sparse and info.count == 0) or declare:
+            self._client.update_collection(info.name, metadata=self._meta(info, names))
+        if declare and self.mode == "server":
+            for name in attributes:  # a payload index: the server filters while it searches
+                self._call(
+                    lambda n=name: self._client.create_payload_index(
+                        info.name, n, field_schema=m.PayloadSchemaType.INTEGER
+                    )
+                )
         for lo in range(0, len(ids), self.insert_batch):
-            block = vectors[lo : lo + self.insert_batch]
+            hi = min(len(ids), lo + self.insert_batch)
+            block = vectors[lo:hi]
             if info.sparse:
                 vecs = [self._sparse_vector(block, r) for r in range(block.shape[0])]
             else:
                 vecs = block.tolist()
+            cols = {n: v[lo:hi].tolist() for n, v in attributes.items()}
+            payloads = [dict(zip(cols, row)) for row in zip(*cols.values())] if cols else None
             batch = m.Batch(
-                ids=[int(i) for i in ids[lo : lo + self.insert_batch]],
+                ids=[int(i) for i in ids[lo:hi]],
                 vectors={(_SPARSE if info.sparse else _DENSE): vecs},
+                payloads=payloads,
             )
             self._call(lambda b=batch: self._client.upsert(info.name, points=b, wait=True))
 
@@ -302,7 +342,9 @@ class QdrantStore(BaseStore):
             indices=csr.indices[lo:hi][keep].tolist(), values=vals[keep].tolist()
         )
 
-    def _request(self, info: CollectionInfo, queries: Any, r: int, limit: int) -> Any:
+    def _request(
+        self, info: CollectionInfo, queries: Any, r: int, limit: int, qfilter: Any = None
+    ) -> Any:
         m = self._models
         if info.sparse:
             query, using = self._sparse_vector(queries, r), _SPARSE
@@ -312,17 +354,22 @@ class QdrantStore(BaseStore):
         if self.mode == "server" and not info.sparse:
             params = m.SearchParams(exact=self.exact, hnsw_ef=self.hnsw_ef)
         return m.QueryRequest(
-            query=query, using=using, limit=limit, params=params, with_payload=False
+            query=query,
+            using=using,
+            limit=limit,
+            params=params,
+            filter=qfilter,
+            with_payload=False,
         )
 
     def _query(
-        self, info: CollectionInfo, queries: Any, rows: np.ndarray, limit: int
+        self, info: CollectionInfo, queries: Any, rows: np.ndarray, limit: int, qfilter: Any = None
     ) -> list[list[tuple[int, float]]]:
         """Hits ``(id, score)`` of the given query rows, ``limit`` each, in batches."""
         out: list[list[tuple[int, float]]] = []
         for lo in range(0, len(rows), self.query_batch):
             reqs = [
-                self._request(info, queries, int(r), limit)
+                self._request(info, queries, int(r), limit, qfilter)
                 for r in rows[lo : lo + self.query_batch]
             ]
             if info.sparse:  # an empty sparse query shares no term with anything
@@ -341,12 +388,25 @@ class QdrantStore(BaseStore):
         return out
 
     def _search(self, info: CollectionInfo, queries: Any, k: int) -> SearchResult:
-        nq, n = queries.shape[0], info.count
+        return self._scan(info, queries, k, info.count)
+
+    def _search_filtered(
+        self, info: CollectionInfo, queries: Any, k: int, filter: Filter, keep: np.ndarray | None
+    ) -> SearchResult:
+        m = self._models
+        match = m.FieldCondition(key=filter.field, match=m.MatchAny(any=list(filter.values)))
+        return self._scan(info, queries, k, int(keep.sum()), m.Filter(must=[match]))
+
+    def _scan(
+        self, info: CollectionInfo, queries: Any, k: int, n: int, qfilter: Any = None
+    ) -> SearchResult:
+        """Top-``k`` among the ``n`` points the filter keeps (all without one)."""
+        nq = queries.shape[0]
 
         def fetch(rows: np.ndarray, limit: int) -> tuple[np.ndarray, np.ndarray]:
             ids = np.full((len(rows), limit), -1, dtype=np.int64)
             scores = np.full((len(rows), limit), -np.inf, dtype=np.float32)
-            for r, h in enumerate(self._query(info, queries, rows, limit)):
+            for r, h in enumerate(self._query(info, queries, rows, limit, qfilter)):
                 if h:
                     ids[r, : len(h)] = [i for i, _ in h]
                     scores[r, : len(h)] = [s for _, s in h]

@@ -185,7 +185,14 @@ def _first_rows(blocks: Any, rows: int) -> Iterator[tuple[np.ndarray, np.ndarray
 
 
 def insert_collection(
-    store: Any, name: str, blocks: Any, dim: int, *, uri: str | None = None, in_process: bool = True
+    store: Any,
+    name: str,
+    blocks: Any,
+    dim: int,
+    *,
+    uri: str | None = None,
+    in_process: bool = True,
+    attributes: Any = None,
 ) -> BuildStats:
     """Create ``name`` and insert every ``(ids, block)`` of ``blocks``; then make it searchable.
 
@@ -193,6 +200,7 @@ def insert_collection(
     generation and alignment do not); the stream is digested on the way
     (:attr:`BuildStats.digest`, the ground truth's documents key). An IVF
     index of FAISS gets its first :func:`training_rows` rows in one insert.
+    ``attributes``: ``ids -> {name: values}``, inserted with each block (filtered search).
     """
     st = BuildStats()
     before = rss_tree() if in_process else None
@@ -201,8 +209,9 @@ def insert_collection(
     first = training_rows(store)
     for ids, block in _first_rows(blocks, first) if first else blocks:
         digest.update(ids, block)
+        extra = {} if attributes is None else {"attributes": attributes(ids)}
         t = time.perf_counter()
-        store.insert(name, block, ids)
+        store.insert(name, block, ids, **extra)
         st.insert_s += time.perf_counter() - t
         st.rows += len(ids)
         del block

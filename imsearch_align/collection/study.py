@@ -20,6 +20,12 @@ written atomically under a name holding the cell's settings and a key of its
 whole configuration (:func:`cell_path`), so no two configurations share a
 file; with ``skip_existing`` a clean file of the same configuration is
 reused, and a build whose every cell is reused is not built.
+
+With a :class:`~imsearch_align.collection.filtered_study.FilterPlan`
+(``filters=``), the collection is inserted with its ``category`` attribute
+and every cell is followed by its filtered cells (``kind: "filtered"``, one
+per selectivity, on the same built index), kept in
+:attr:`CellRunner.filtered_cells`.
 """
 
 from __future__ import annotations
@@ -130,6 +136,8 @@ class CellRunner:
         skip_existing: reuse clean cells of the same configuration.
         seed: seeds the latency sample.
         log: where progress lines go (None: ``sys.stderr`` at the time of writing).
+        filters: a :class:`~imsearch_align.collection.filtered_study.FilterPlan`
+            (None: no filtered cells).
     """
 
     def __init__(
@@ -142,10 +150,14 @@ class CellRunner:
         skip_existing: bool = False,
         seed: int = 0,
         log: Any = None,
+        filters: Any = None,
     ) -> None:
         self.out, self.uri, self.batch = Path(out), uri, int(batch)
         self.latency_queries, self.skip_existing = int(latency_queries), skip_existing
         self.seed, self.log = seed, log
+        self.filters = filters
+        #: The filtered cells written (or reused) so far.
+        self.filtered_cells: list[dict[str, Any]] = []
         #: Where in-process stores keep their data (Milvus Lite's database, Qdrant's
         #: folder): hidden, so a report of ``out`` skips it; the caller removes it.
         self.work = self.out / ".stores"
@@ -177,6 +189,8 @@ class CellRunner:
         cells: list[dict[str, Any] | None] = [
             load_clean(p) if self.skip_existing else None for p in paths
         ]
+        if self.filters is not None:  # a cell is reused with its filtered cells only
+            cells = self.filters.reuse(cells, paths, self.filtered_cells)
         for c in cells:
             if c is not None:
                 self._say(f"  reused {_label(c)}")
@@ -224,12 +238,18 @@ class CellRunner:
             )
             mode = STORES[s.store]
             stats = insert_collection(
-                store, name, coll, coll.dim, uri=self.uri, in_process=mode.in_process
-            )
+                store, name, coll, coll.dim, uri=self.uri, in_process=mode.in_process,
+                attributes=self.filters and self.filters.inserts(store, prep, coll),
+            )  # fmt: skip
             state["stats"], state["truth"] = stats, truth_of(stats.digest)
         elif search:
             store.set_search_params(state["name"], **search)
-        return self._measure(prep, base, s, build, search, state)
+        cell = self._measure(prep, base, s, build, search, state)
+        if self.filters is not None:
+            ident = cell_identity(base, s, build, search)
+            ctx = {"base": base, "ident": ident, "path": cell_path(self.out, ident), "cell": cell}
+            self.filtered_cells += self.filters.measure(self, store, state["name"], prep, coll, ctx)
+        return cell
 
     def _measure(
         self,

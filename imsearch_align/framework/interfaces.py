@@ -16,10 +16,13 @@ Conventions every implementation keeps (see ``docs/architecture.md``):
 * Vectors are a dense ``float32`` ndarray ``(n, d)`` or a ``scipy.sparse``
   CSR matrix ``(n, d)`` (sparse spaces such as ASIF).
 * Ties are broken by ascending doc id.
+* Filtered search (:class:`FilteredSearch`) keeps the same conventions over
+  the documents a :class:`Filter` keeps.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
@@ -27,6 +30,7 @@ from typing import Any, Protocol, runtime_checkable
 import numpy as np
 
 __all__ = [
+    "ATTRIBUTE_NAME_RE",
     "NO_HIT",
     "AlignmentMethod",
     "BenchmarkDataset",
@@ -34,6 +38,8 @@ __all__ = [
     "EmbeddingProvider",
     "EstimatorParams",
     "ExactSearch",
+    "Filter",
+    "FilteredSearch",
     "IdLookupProvider",
     "ParallelSearch",
     "SearchResult",
@@ -45,6 +51,10 @@ __all__ = [
     "VersionedProvider",
     "is_thread_safe",
 ]
+
+#: The rule of an attribute name (and of ``Filter.field``): a letter or underscore,
+#: then letters, digits, underscores, at most 64 characters (valid in every store).
+ATTRIBUTE_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,63}$")
 
 #: Id used in ``SearchResult.ids`` for "no hit" (a k larger than the collection,
 #: or a sparse query that shares terms with fewer than k documents).
@@ -366,4 +376,74 @@ class TunableSearch(Protocol):
 
     def build_count(self, name: str) -> int:
         """How many times the index of collection ``name`` was built (0: not yet)."""
+        ...
+
+
+@dataclass(frozen=True)
+class Filter:
+    """Keep only documents whose integer attribute ``field`` is one of ``values``.
+
+    Attributes:
+        field: an attribute name the collection declared at insert
+            (``store.insert(..., attributes={field: ints})``), following
+            :data:`ATTRIBUTE_NAME_RE`.
+        values: the kept values; given as any iterable of integers, stored
+            sorted and unique (empty is refused: a filter keeping nothing is
+            a mistake, not a query).
+        expression: optional raw store expression (Milvus syntax, e.g.
+            ``"category in [0, 1]"``). A store that parses expressions uses
+            it verbatim instead of ``field`` / ``values``; a store that does
+            not refuses it by name (``ValueError``).
+    """
+
+    field: str
+    values: tuple[int, ...]
+    expression: str | None = None
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.field, str) or not ATTRIBUTE_NAME_RE.match(self.field):
+            raise ValueError(
+                "Filter.field must be an attribute name (a letter or underscore, then letters, "
+                f"digits, underscores, at most 64 characters), got {self.field!r}"
+            )
+        raw = [self.values] if isinstance(self.values, int | np.integer) else self.values
+        try:
+            vals = list(raw)
+        except TypeError:
+            raise TypeError(
+                f"Filter.values must be integers, got {type(self.values).__name__}"
+            ) from None
+        bad = [v for v in vals if isinstance(v, bool) or not isinstance(v, int | np.integer)]
+        if bad:
+            raise TypeError(f"Filter.values must be integers, got {bad[0]!r}")
+        if not vals:
+            raise ValueError("Filter.values must hold at least one value, got none")
+        object.__setattr__(self, "values", tuple(sorted({int(v) for v in vals})))
+        if self.expression is not None and (
+            not isinstance(self.expression, str) or not self.expression.strip()
+        ):
+            raise ValueError(
+                f"Filter.expression must be a non-empty string or None, got {self.expression!r}"
+            )
+
+
+@runtime_checkable
+class FilteredSearch(Protocol):
+    """A store that keeps integer attributes per document and searches under a Filter.
+
+    Attributes travel at insert: ``store.insert(name, vectors, ids,
+    attributes={"category": int64 array})`` (keyword-only, one value per
+    row; a collection declares its attribute names at its first insert that
+    carries them, and every later insert carries the same names).
+    :meth:`search_filtered` answers as ``search`` does (the same
+    :class:`SearchResult` conventions, ``-1`` / ``-inf`` padding when fewer
+    than ``k`` documents pass), over the documents the filter keeps. A store
+    that cannot parse ``filter.expression`` raises ``ValueError`` holding its
+    own message and the expression.
+    """
+
+    def search_filtered(
+        self, collection: str, queries: Any, k: int, filter: Filter
+    ) -> SearchResult:
+        """Top-``k`` by inner product per query row among the documents ``filter`` keeps."""
         ...

@@ -92,6 +92,12 @@ What every store must do (test names in brackets):
   store from ``make_store()`` [test_close_and_reopen,
   test_sparse_close_and_reopen].
 
+* Filtered search, for a store that is
+  :class:`~imsearch_align.framework.interfaces.FilteredSearch` (skipped
+  otherwise): brute force over the rows the filter keeps, padding, a value no
+  row has, refusals (:mod:`~imsearch_align.testing.store_filter_cases`)
+  [test_filtered_*, test_attributes_checked_at_insert].
+
 Every test uses its own collection name (``conf_<random hex>``, valid in
 Milvus) and drops it afterwards, so a shared server stays clean. Data are
 small and seeded; the in-process stores run the whole suite in seconds. The
@@ -102,8 +108,9 @@ helpers (:func:`check_search`, :func:`assert_rows_ordered`,
 This module is the kit's front door; its rooms are
 :mod:`~imsearch_align.testing.store_data` (seeded data),
 :mod:`~imsearch_align.testing.store_checks` (result checks),
-:mod:`~imsearch_align.testing.store_truth_cases` and
-:mod:`~imsearch_align.testing.store_contract_cases` (the test cases, mixed
+:mod:`~imsearch_align.testing.store_truth_cases`,
+:mod:`~imsearch_align.testing.store_contract_cases` and
+:mod:`~imsearch_align.testing.store_filter_cases` (the test cases, mixed
 into :class:`StoreConformance`).
 """
 
@@ -121,6 +128,7 @@ from imsearch_align.framework.protocol_checks import store_protocol_problems
 from imsearch_align.testing.store_checks import assert_exact_topk, assert_rows_ordered, check_search
 from imsearch_align.testing.store_contract_cases import ContractCases
 from imsearch_align.testing.store_data import clustered_vectors, sparse_clustered
+from imsearch_align.testing.store_filter_cases import FilterCases
 from imsearch_align.testing.store_truth_cases import TruthCases
 
 __all__ = [
@@ -133,7 +141,7 @@ __all__ = [
 ]
 
 
-class StoreConformance(TruthCases, ContractCases):
+class StoreConformance(TruthCases, ContractCases, FilterCases):
     """Base class of the conformance suite; see the module docstring.
 
     Class attributes to set in a subclass:

@@ -1,0 +1,252 @@
+"""The collection study's filtered cells: each built index searched under filters of
+known selectivity (``benchmarks/collection.py --filters 0.5 0.1 0.01``).
+
+A :class:`FilterPlan` rides along a
+:class:`~imsearch_align.collection.study.CellRunner`: the collection is
+inserted with a ``category`` attribute per item
+(:func:`~imsearch_align.collection.filters.assign_categories`, relevant
+items in the kept categories), and after each unfiltered cell the same built
+index is searched with ``search_filtered`` once per selectivity. Each such
+search is one cell, ``kind: "filtered"`` (the fields of
+:mod:`imsearch_align.report_html.contract`): ``filter.selectivity`` (the
+share kept, as asked; ``filter.kept_share`` as measured),
+``filter.expression`` (Milvus syntax), the task's measures on the filtered
+answers next to the exact filtered truth's, ANN recall against the exact
+filtered truth (:func:`~imsearch_align.collection.filters.filtered_truth`),
+batched queries/s and single-query latency. A query whose relevant items
+the filter removed is counted and its ids listed
+(``filter.queries_without_relevant``) and printed; it stays measured.
+
+A store that is not :class:`~imsearch_align.framework.interfaces.FilteredSearch`
+gets failed filtered cells naming the stores that filter (its unfiltered
+cells run as before, without attributes).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from imsearch_align.collection.filters import (
+    CategoryAttribute,
+    assign_categories,
+    collection_ids,
+    filtered_truth,
+    milvus_expression,
+    queries_without_relevant,
+    relevant_doc_ids,
+    selectivity_filter,
+)
+
+__all__ = ["FilterPlan"]
+
+#: Query ids named in a cell (and printed) when a filter leaves queries no relevant item.
+NAMED = 10
+
+
+@dataclass
+class FilterPlan:
+    """Selectivities to measure on every built index, and their per-collection state.
+
+    Args:
+        selectivities: shares of the collection the filters keep (each a
+            multiple of ``1 / n_categories``), checked here.
+        seed: seeds the categories.
+        n_categories: categories of the attribute.
+    """
+
+    selectivities: tuple[float, ...]
+    seed: int = 0
+    n_categories: int = 100
+    _coll: Any = field(default=None, repr=False)
+    _attr: CategoryAttribute | None = field(default=None, repr=False)
+    _truths: dict[float, Any] = field(default_factory=dict, repr=False)
+
+    def __post_init__(self) -> None:
+        self.selectivities = tuple(dict.fromkeys(float(s) for s in self.selectivities))
+        if not self.selectivities:
+            raise ValueError("filters: give at least one selectivity")
+        for s in self.selectivities:
+            selectivity_filter(s, self.n_categories)
+
+    def attribute(self, prep: Any, coll: Any) -> CategoryAttribute:
+        """The categories of ``coll``'s items (computed once per collection)."""
+        if self._coll is not coll:
+            self._coll, self._truths = coll, {}
+            self._attr = assign_categories(
+                collection_ids(coll),
+                relevant_doc_ids(prep.qrels),
+                n_categories=self.n_categories,
+                seed=self.seed,
+            )
+        return self._attr
+
+    def truth(self, prep: Any, coll: Any, selectivity: float, k: int, block_rows: int) -> Any:
+        """The exact filtered truth of one selectivity (computed once per collection)."""
+        attr = self.attribute(prep, coll)
+        if selectivity not in self._truths:
+            f = selectivity_filter(selectivity, self.n_categories)
+            self._truths[selectivity] = filtered_truth(
+                prep.queries, prep.query_ids, coll, k, attr, f, block_rows=block_rows
+            )
+        return self._truths[selectivity]
+
+    def inserts(self, store: Any, prep: Any, coll: Any) -> Any:
+        """``ids -> {"category": ...}`` for the inserts into ``store`` (None: it does not filter)."""
+        from imsearch_align.framework.interfaces import FilteredSearch
+
+        return self.attribute(prep, coll).attributes if isinstance(store, FilteredSearch) else None
+
+    def reuse(self, cells: list[Any], paths: list[Path], found: list[dict[str, Any]]) -> list[Any]:
+        """``cells`` (clean unfiltered cells found, or None) with a cell kept only when every
+        filtered cell of it is clean too (those are added to ``found``)."""
+        from imsearch_align.collection.study import load_clean
+
+        out = []
+        for cell, p in zip(cells, paths, strict=True):
+            done = [load_clean(self.path(p, x)) for x in self.selectivities]
+            if cell is not None and all(done):
+                found.extend(done)
+                out.append(cell)
+            else:
+                out.append(None)
+        return out
+
+    # -- cells ------------------------------------------------------------------------
+    def identity(self, ident: dict[str, Any], selectivity: float) -> dict[str, Any]:
+        """A filtered cell's identity: the unfiltered one's, plus the filter."""
+        return {**ident, "filter": {"selectivity": selectivity, "categories": self.n_categories,
+                                    "seed": self.seed}}  # fmt: skip
+
+    @staticmethod
+    def path(path: Path, selectivity: float) -> Path:
+        """``filtered-s{selectivity}_`` + the unfiltered cell's name (its key covers the filter)."""
+        return path.with_name(f"filtered-s{selectivity:g}_{path.name}")
+
+    def measure(
+        self, runner: Any, store: Any, name: str, prep: Any, coll: Any, ctx: dict[str, Any]
+    ) -> list[dict[str, Any]]:
+        """Every selectivity's cell on the built collection ``name``: written, returned.
+
+        ``ctx``: ``base``, ``setting``, ``build``, ``search`` (the cell's),
+        ``ident`` and ``path`` (of the unfiltered cell), ``cell`` (it, for
+        the shared fields).
+        """
+        from imsearch_align.framework.interfaces import FilteredSearch, StoreUnavailableError
+
+        out = []
+        for sel in self.selectivities:
+            path = self.path(ctx["path"], sel)
+            try:
+                if not isinstance(store, FilteredSearch):
+                    from imsearch_align.adapters.attributes import no_filter_message
+
+                    raise TypeError(no_filter_message(store))
+                cell = self._cell(runner, store, name, prep, coll, ctx, sel)
+            except StoreUnavailableError:
+                raise
+            except Exception as exc:
+                cell = self._failed(ctx, sel, exc)
+                runner._say(f"  failed filter {sel:g}: {cell['status']['error']}")
+            runner._write(path, cell)
+            out.append(cell)
+        return out
+
+    def _cell(
+        self,
+        runner: Any,
+        store: Any,
+        name: str,
+        prep: Any,
+        coll: Any,
+        ctx: dict[str, Any],
+        sel: float,
+    ) -> dict[str, Any]:
+        from imsearch_align.collection.measure import search_batched, search_latency
+        from imsearch_align.collection.recall import ann_recall_at_k, compare_measures
+        from imsearch_align.framework.metrics import Run
+
+        base, k = ctx["base"], max(ctx["base"].ks)
+        attr = self.attribute(prep, coll)
+        f = selectivity_filter(sel, self.n_categories)
+        truth = self.truth(prep, coll, sel, k, coll.block_rows)
+        under = _UnderFilter(store, f)
+        ids, scores, qps = search_batched(under, name, prep.queries, k, runner.batch)
+        latency = search_latency(under, name, prep.queries, k, runner.latency_queries, runner.seed)
+        run = Run.from_arrays(prep.query_ids, ids, scores)
+        means = compare_measures(run, truth, prep.qrels, base.measures)["means"]
+        recall = ann_recall_at_k(ids, truth, k)
+        lost = queries_without_relevant(prep.qrels, attr.kept_ids(f))
+        d = base.direction
+        metrics = {f"{d}/{m}": float(v["approximate"]) for m, v in means.items()}
+        metrics[f"{d}/ann_recall@{k}"] = recall.mean
+        cell = {key: ctx["cell"][key] for key in _SHARED if key in ctx["cell"]}
+        cell.update(
+            kind="filtered",
+            filter={
+                "selectivity": sel,
+                "kept_share": attr.kept_share(f),
+                "kept_rows": len(attr.kept_ids(f)),
+                "expression": milvus_expression(f),
+                "field": f.field,
+                "categories": self.n_categories,
+                "seed": self.seed,
+                "relevant_items": attr.n_relevant,
+                "queries_without_relevant": {
+                    "count": len(lost),
+                    "first": [_plain(q) for q in lost[:NAMED]],
+                },
+            },
+            metrics=metrics,
+            exact_metrics={f"{d}/{m}": float(v["exact"]) for m, v in means.items()},
+            ann_recall={"k": k, "mean": recall.mean, "uncertain": recall.n_uncertain},
+            queries_per_s=qps,
+            batch=runner.batch,
+            latency_ms=latency,
+            truth=truth.record(),
+            config=ctx["ident"]["config"],
+            status={"state": "ok", "reasons": [], "error": None},
+        )
+        short = f" {len(lost)} queries without a kept relevant item" if len(lost) else ""
+        rec = f"recall {recall.mean:.3f}"
+        runner._say(f"    filter {sel:g} (kept {cell['filter']['kept_share']:.4f}): "
+                    f"{rec} {qps:,.0f} q/s{short}")  # fmt: skip
+        if len(lost):
+            shown = ", ".join(str(_plain(q)) for q in lost[:NAMED])
+            runner._say(f"    queries without a kept relevant item (counted, scored 0): {shown}"
+                        + (" ..." if len(lost) > NAMED else ""))  # fmt: skip
+        return cell
+
+    def _failed(self, ctx: dict[str, Any], sel: float, exc: BaseException) -> dict[str, Any]:
+        cell = {key: ctx["cell"][key] for key in _SHARED if key in ctx["cell"]}
+        cell.update(
+            kind="filtered",
+            filter={"selectivity": sel},
+            status={"state": "failed", "reasons": [], "error": f"{type(exc).__name__}: {exc}"},
+        )
+        return cell
+
+
+#: Fields a filtered cell copies from its unfiltered cell.
+_SHARED = ("format", "store", "method", "dataset", "direction", "index", "collection",
+           "queries", "n_support", "provenance", "command")  # fmt: skip
+
+
+def _plain(v: Any) -> Any:
+    return v.item() if isinstance(v, np.generic) else v
+
+
+class _UnderFilter:
+    """``store`` whose ``search`` is ``search_filtered`` under ``f``: the study's timing
+    functions (:func:`~imsearch_align.collection.measure.search_batched`,
+    :func:`~imsearch_align.collection.measure.search_latency`) time filtered searches."""
+
+    def __init__(self, store: Any, f: Any) -> None:
+        self.store, self.f = store, f
+
+    def search(self, name: str, queries: np.ndarray, k: int) -> Any:
+        """The store's filtered search of ``queries``."""
+        return self.store.search_filtered(name, queries, k, self.f)

@@ -1,0 +1,242 @@
+"""Filtered search over a collection: a categorical attribute of known selectivity, the
+filters over it, the queries a filter leaves unanswerable, and the exact filtered truth.
+
+Every item of a collection (the evaluated documents and the distractors
+alike) gets an integer ``category`` in ``0..n_categories-1``
+(:func:`assign_categories`): the items are put in a seeded random order with
+every *relevant* item (judged relevant to a sampled query) first, and the
+item at rank ``r`` of ``N`` gets ``floor(r * n_categories / N)``. So each
+category holds ``N / n_categories`` items (to one), and the filter keeping
+categories ``0..m-1`` (:func:`selectivity_filter`, ``m = selectivity *
+n_categories``) keeps the first ``ceil(m N / n_categories)`` ranks: a known
+share of the collection, nested across selectivities (1% inside 10% inside
+50%), and holding every relevant item while they fit, so the task stays
+answerable. When the relevant items are more than a filter keeps (a small
+collection at 1%), the ones left out are a seeded sample, and the queries
+whose relevant items are all removed are named and counted
+(:func:`queries_without_relevant`); they stay in the measured queries
+(scoring zero), never dropped.
+
+The exact filtered truth is :func:`~imsearch_align.collection.truth.exact_truth`
+over the kept rows only (:func:`filtered_truth` streams the collection with
+the filter's mask applied to each block): the same tie-aware, float64-true
+top-k, so ANN recall against it is
+:func:`~imsearch_align.collection.recall.ann_recall_at_k` as unfiltered.
+
+The store side is :class:`~imsearch_align.framework.interfaces.FilteredSearch`
+(``insert(..., attributes={"category": ...})``, ``search_filtered``);
+:func:`milvus_expression` spells a filter as Milvus does, for the record.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from imsearch_align.collection.sources import DEFAULT_BLOCK_ROWS
+from imsearch_align.framework.interfaces import Filter
+
+__all__ = [
+    "FIELD",
+    "N_CATEGORIES",
+    "SELECTIVITIES",
+    "CategoryAttribute",
+    "assign_categories",
+    "collection_ids",
+    "filtered_stream",
+    "filtered_truth",
+    "milvus_expression",
+    "queries_without_relevant",
+    "relevant_doc_ids",
+    "selectivity_filter",
+]
+
+#: The attribute's name in every store.
+FIELD = "category"
+#: Categories of the attribute (a selectivity is a multiple of 1 / N_CATEGORIES).
+N_CATEGORIES = 100
+#: The study's default selectivities (share of the collection a filter keeps).
+SELECTIVITIES = (0.5, 0.1, 0.01)
+
+
+def selectivity_filter(
+    selectivity: float, n_categories: int = N_CATEGORIES, field: str = FIELD
+) -> Filter:
+    """The filter keeping categories ``0..m-1``, ``m = selectivity * n_categories``.
+
+    Raises:
+        ValueError: a selectivity outside ``(0, 1]`` or not a multiple of
+            ``1 / n_categories`` (naming the nearest ones that are).
+    """
+    s = float(selectivity)
+    if not 0 < s <= 1:
+        raise ValueError(f"selectivity must be in (0, 1] (the share kept), got {selectivity!r}")
+    m = s * n_categories
+    if abs(m - round(m)) > 1e-9 or round(m) < 1:
+        lo, hi = max(1, int(np.floor(m))), min(n_categories, int(np.ceil(m)))
+        raise ValueError(
+            f"selectivity must be a multiple of 1/{n_categories} (whole categories of the "
+            f"attribute), got {selectivity!r}; nearest: {lo / n_categories:g}, "
+            f"{hi / n_categories:g}"
+        )
+    return Filter(field, tuple(range(round(m))))
+
+
+def milvus_expression(f: Filter) -> str:
+    """``f`` in Milvus's filter syntax: ``category in [0, 1, 2]`` (or its raw expression)."""
+    if f.expression is not None:
+        return f.expression
+    return f"{f.field} in [{', '.join(str(v) for v in f.values)}]"
+
+
+@dataclass(frozen=True)
+class CategoryAttribute:
+    """The category of every item of one collection (see the module docstring).
+
+    Attributes:
+        ids: every item's id, ascending.
+        categories: the category of each of ``ids``.
+        n_categories: categories ``0..n_categories-1``.
+        n_relevant: items ranked first because they are relevant.
+        seed: the seed of the order.
+        field: the attribute's name.
+    """
+
+    ids: np.ndarray
+    categories: np.ndarray
+    n_categories: int
+    n_relevant: int
+    seed: int
+    field: str = FIELD
+
+    def of(self, ids: Any) -> np.ndarray:
+        """The categories of ``ids`` (int64); an id outside the collection raises."""
+        ids = np.asarray(ids, dtype=np.int64)
+        pos = np.searchsorted(self.ids, ids)
+        pos = np.minimum(pos, len(self.ids) - 1)
+        bad = self.ids[pos] != ids
+        if bad.any():
+            raise ValueError(
+                f"CategoryAttribute: id {int(ids[bad][0])} is not an item of the collection "
+                f"({len(self.ids)} items)"
+            )
+        return self.categories[pos]
+
+    def attributes(self, ids: Any) -> dict[str, np.ndarray]:
+        """``{field: categories}`` of ``ids``: the ``attributes=`` of a store insert."""
+        return {self.field: self.of(ids)}
+
+    def keeps(self, ids: Any, f: Filter) -> np.ndarray:
+        """Boolean mask: which of ``ids`` the filter keeps."""
+        return np.isin(self.of(ids), np.asarray(f.values, dtype=np.int64))
+
+    def kept_share(self, f: Filter) -> float:
+        """The share of the collection ``f`` keeps (the measured selectivity)."""
+        kept = np.isin(self.categories, np.asarray(f.values, dtype=np.int64))
+        return float(kept.mean()) if len(kept) else 0.0
+
+    def kept_ids(self, f: Filter) -> np.ndarray:
+        """Every kept id, ascending."""
+        return self.ids[np.isin(self.categories, np.asarray(f.values, dtype=np.int64))]
+
+
+def collection_ids(coll: Any) -> np.ndarray:
+    """Every item id of a :class:`~imsearch_align.collection.aligned.CollectionBlocks`
+    (documents, then distractors), without reading a vector."""
+    parts = [np.asarray(coll.doc_ids, dtype=np.int64)]
+    if coll.distractors is not None:
+        parts.append(np.asarray(coll.distractors.ids(0, coll.distractors.n_rows), np.int64))
+    return np.concatenate(parts)
+
+
+def relevant_doc_ids(qrels: Any) -> np.ndarray:
+    """The doc ids judged relevant (relevance > 0) to some query of ``qrels``, unique."""
+    docs = np.asarray(qrels.doc_ids)[np.asarray(qrels.relevance) > 0]
+    try:
+        return np.unique(docs.astype(np.int64))
+    except (TypeError, ValueError):
+        raise TypeError(
+            "filtered search needs integer document ids in the judgements (the collection's "
+            f"ids), got {docs.dtype}"
+        ) from None
+
+
+def assign_categories(
+    ids: Any, relevant: Any, *, n_categories: int = N_CATEGORIES, seed: int = 0
+) -> CategoryAttribute:
+    """Seeded categories of known selectivity, the ``relevant`` items in the lowest ones.
+
+    Args:
+        ids: every item id of the collection (unique; in any order).
+        relevant: ids of the items relevant to some query (ids outside
+            ``ids`` are ignored).
+        n_categories: categories ``0..n_categories-1``.
+        seed: seeds the order (relevant items among themselves, then the rest).
+    """
+    ids = np.sort(np.asarray(ids, dtype=np.int64))  # the order given does not matter
+    if (ids[1:] == ids[:-1]).any():
+        raise ValueError("assign_categories: ids must be unique")
+    if n_categories < 1:
+        raise ValueError(f"n_categories must be >= 1, got {n_categories}")
+    rng = np.random.default_rng(seed)
+    rel = np.isin(ids, np.asarray(relevant, dtype=np.int64))
+    first, rest = np.flatnonzero(rel), np.flatnonzero(~rel)
+    order = np.concatenate([rng.permutation(first), rng.permutation(rest)])
+    n = len(ids)
+    cats = np.empty(n, dtype=np.int64)
+    cats[order] = np.arange(n, dtype=np.int64) * n_categories // max(n, 1)
+    return CategoryAttribute(ids, cats, int(n_categories), int(rel.sum()), int(seed))
+
+
+def queries_without_relevant(qrels: Any, kept_doc_ids: Any) -> np.ndarray:
+    """Query ids of ``qrels`` none of whose relevant documents is among ``kept_doc_ids``."""
+    rel = np.asarray(qrels.relevance) > 0
+    q = np.asarray(qrels.query_ids)
+    kept = np.isin(np.asarray(qrels.doc_ids)[rel].astype(np.int64), np.asarray(kept_doc_ids))
+    answerable = set(q[rel][kept].tolist())
+    return np.asarray([x for x in qrels.queries if x not in answerable], dtype=q.dtype)
+
+
+def filtered_stream(
+    docs: Any, attribute: CategoryAttribute, f: Filter, block_rows: int = DEFAULT_BLOCK_ROWS
+) -> Callable[[], Iterator[tuple[np.ndarray, np.ndarray]]]:
+    """A stream of ``docs``'s ``(ids, block)`` pairs (any form
+    :func:`~imsearch_align.collection.truth.as_stream` takes) with only the rows ``f`` keeps."""
+    from imsearch_align.collection.truth import as_stream
+
+    source = as_stream(docs, block_rows)
+
+    def stream() -> Iterator[tuple[np.ndarray, np.ndarray]]:
+        for ids, block in source():
+            keep = attribute.keeps(ids, f)
+            if keep.any():
+                yield np.asarray(ids)[keep], np.asarray(block)[keep]
+
+    return stream
+
+
+def filtered_truth(
+    queries: Any,
+    query_ids: Any,
+    docs: Any,
+    k: int,
+    attribute: CategoryAttribute,
+    f: Filter,
+    **kwargs: Any,
+) -> Any:
+    """The exact, tie-aware top-``k`` of every query over the rows ``f`` keeps.
+
+    :func:`~imsearch_align.collection.truth.exact_truth` (``kwargs``: its
+    ``margin``, ``tie_tolerance``, ``block_rows``, ``gemm_cells``...) over
+    ``docs`` (what ``exact_truth`` takes: a ``CollectionBlocks``, an
+    ``(ids, matrix)`` pair...) with the mask applied to every block; not
+    cached (the key would need a digest pass).
+    """
+    from imsearch_align.collection.truth import exact_truth
+
+    rows = kwargs.get("block_rows", DEFAULT_BLOCK_ROWS)
+    stream = filtered_stream(docs, attribute, f, rows)
+    return exact_truth(queries, query_ids, stream, k, **kwargs)
