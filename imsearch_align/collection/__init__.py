@@ -18,7 +18,7 @@ Rooms: :mod:`.sources` (the :class:`DistractorSource` interface,
 (:func:`bench_truth`); the study's rooms :mod:`.settings` (index settings),
 :mod:`.prepare` (a method's inputs), :mod:`.measure` (one build's costs and
 speeds), :mod:`.study` (the cells), :mod:`.study_report` (CSV, leaderboard,
-figures), :mod:`.filters` (filtered search); :mod:`.cost_model` (a Milvus
+figures), :mod:`.filters` and :mod:`.filtered_study` (filtered search); :mod:`.cost_model` (a Milvus
 cluster for 10M and 100M vectors).
 
 **Distractor sources** (raw embeddings of one modality, the dataset's
