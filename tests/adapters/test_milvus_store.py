@@ -629,6 +629,31 @@ def test_lite_path_that_is_an_ordinary_file_is_named_as_such(
     assert path.read_bytes() == content and later.read_bytes() == content
 
 
+def test_lite_path_that_is_a_file_exits_2_before_encoding(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
+) -> None:
+    """A ConfigError (exit status 2), raised when the store opens, before any encoding."""
+    import imsearch_align.embedding as embedding
+    from imsearch_align.cli import main
+    from imsearch_align.framework.errors import ConfigError
+
+    path = tmp_path / "notes.db"
+    path.write_bytes(b"notes")
+    with pytest.raises(ConfigError):
+        MilvusStore(uri=str(path))
+
+    def encode(*args: Any, **kwargs: Any) -> Any:
+        raise AssertionError("encoding reached before the store was opened")
+
+    monkeypatch.setattr(embedding, "embed", encode)
+    args = ["eval", "--dataset", "shapes", "--method", "csa", "--store", "milvus"]
+    args += ["--store-param", f"uri={path}", "--cache-dir", "none", "--no-progress"]
+    code = main([*args, "--output-dir", str(tmp_path / "out")])
+    err = capsys.readouterr().err
+    assert code == 2, err
+    assert f"uri: {str(path)!r} is a text file of 5 bytes, not a Milvus Lite database" in err
+
+
 # --------------------------------------------------------------------------
 # bad input and faults
 
@@ -765,7 +790,7 @@ def test_uri_credentials_are_redacted() -> None:
 @pytest.mark.parametrize(
     ("kwargs", "match"),
     [
-        ({"index": "IVF_PQ"}, "index must be one of"),
+        ({"index": "DISKANN"}, "index must be one of"),
         ({"index": "HNSW", "index_params": {"nlist": 8}}, "unknown key"),
         ({"index": "HNSW", "search_params": {"ef": 0}}, r"search_params\['ef'\] must be in"),
         ({"consistency_level": "Sometimes"}, "consistency_level must be one of"),

@@ -20,6 +20,14 @@ vector field ``vector`` (``FLOAT_VECTOR`` or ``SPARSE_FLOAT_VECTOR`` with
 ``SPARSE_INVERTED_INDEX``), metric ``IP``, and a dynamic field, so scalar
 metadata columns given at insert can be filtered on at search.
 
+**Index types** FLAT, IVF_FLAT, IVF_SQ8, IVF_PQ, HNSW and AUTOINDEX, with
+their build parameters checked and defaulted (Milvus Lite does not build
+IVF_PQ: refused before any work). Search-time parameters (``nprobe``,
+``ef``) change per collection without a rebuild
+(:class:`~imsearch_align.framework.interfaces.TunableSearch`); filtered
+search over integer attributes sends a Milvus boolean expression
+(:class:`~imsearch_align.framework.interfaces.FilteredSearch`).
+
 **Consistency** is ``Bounded`` by default, as production searches: a
 ``Strong`` search makes every request wait for the server to catch up
 (about 280 ms per request on Milvus 2.3.5). What was inserted is still what
@@ -88,8 +96,14 @@ The package, one room per job (every public name is importable from here):
   server), :mod:`~imsearch_align.adapters.milvus.search` (query batches and
   the full-row check), :mod:`~imsearch_align.adapters.milvus.ready` (the
   wait after inserts: flushed, indexed, loaded, counted);
+* :mod:`~imsearch_align.adapters.milvus.tuning` (the index setting: what a
+  deployment builds, build and search parameters) and
+  :mod:`~imsearch_align.adapters.milvus.filters` (attributes and filter
+  expressions);
 * :mod:`~imsearch_align.adapters.milvus.catalog`: the catalog, ownership
   and version the server holds;
+* :mod:`~imsearch_align.adapters.milvus.search_options`: search-time
+  parameters per collection and the filtered-search hooks;
 * :mod:`~imsearch_align.adapters.milvus.store`: :class:`MilvusStore`, the
   ``BaseStore`` verbs, registered as ``"milvus"``.
 """
@@ -99,6 +113,7 @@ from __future__ import annotations
 from imsearch_align.adapters.milvus.config import (
     CONSISTENCY_LEVELS,
     INDEX_TYPES,
+    LITE_REFUSED,
     MAX_DIM,
     MAX_NQ,
     MAX_REQUEST_BYTES,
@@ -112,6 +127,7 @@ from imsearch_align.adapters.milvus.store import MilvusStore
 __all__ = [
     "CONSISTENCY_LEVELS",
     "INDEX_TYPES",
+    "LITE_REFUSED",
     "MAX_DIM",
     "MAX_NQ",
     "MAX_REQUEST_BYTES",

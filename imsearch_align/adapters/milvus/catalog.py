@@ -19,11 +19,11 @@ from typing import Any
 import numpy as np
 
 from imsearch_align.adapters.base import (
-    BaseStore,
     CollectionInfo,
     CollectionNotFoundError,
     CollectionOwnedError,
 )
+from imsearch_align.adapters.filterable import FilterableStore
 from imsearch_align.adapters.milvus.config import ID_FIELD, OWNER_PROPERTY, redact_uri
 from imsearch_align.adapters.milvus.connection import MilvusConnection
 from imsearch_align.adapters.milvus.logs import import_pymilvus
@@ -33,10 +33,11 @@ from imsearch_align.adapters.milvus.schema import info_from_description
 __all__ = ["MilvusCatalog"]
 
 
-class MilvusCatalog(BaseStore):
+class MilvusCatalog(FilterableStore):
     """BaseStore's catalog hooks, ownership and server facts, answered by a Milvus server.
 
-    The base of :class:`~imsearch_align.adapters.milvus.MilvusStore`, which
+    A :class:`~imsearch_align.adapters.filterable.FilterableStore` (a
+    BaseStore with the ``search_filtered`` verb). The base of :class:`~imsearch_align.adapters.milvus.MilvusStore`, which
     sets the attributes below in its constructor.
     """
 
@@ -82,6 +83,12 @@ class MilvusCatalog(BaseStore):
         if self._server_version is None:
             self._server_version = str(self._call("get_server_version", None, "get_server_version"))
         return self._server_version
+
+    @property
+    def lite_server(self) -> bool:
+        """Whether the target is Milvus Lite: in-process, or a ``milvus-lite server`` at a
+        URL (its version says so; asked once)."""
+        return self.is_lite or self.server_version().startswith("milvus_lite")
 
     @property
     def deployment(self) -> str:

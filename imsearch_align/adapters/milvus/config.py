@@ -1,7 +1,8 @@
 """Milvus's limits, the collection layout, and the checks of MilvusStore's options.
 
 What a :class:`~imsearch_align.adapters.milvus.MilvusStore` accepts and why:
-the index types with the parameters each takes, Milvus's request limits
+the index types with the parameters each takes (their ranges and defaults,
+and the types Milvus Lite does not build), Milvus's request limits
 (https://milvus.io/docs/limitations.md), the consistency levels, the owner
 marker, the field names every collection uses, and one check per option,
 each raising the error the store's constructor raises. Also how a ``uri``
@@ -24,11 +25,14 @@ __all__ = [
     "FIELD_RE",
     "ID_FIELD",
     "INDEX_TYPES",
+    "LITE_REFUSED",
     "MAX_DIM",
     "MAX_NQ",
     "MAX_REQUEST_BYTES",
     "MAX_TOPK",
     "OWNER_PROPERTY",
+    "PARAM_DEFAULTS",
+    "PARAM_RANGES",
     "RESERVED",
     "SCALAR_TYPES",
     "VEC_FIELD",
@@ -43,12 +47,41 @@ __all__ = [
     "redact_uri",
 ]
 
-#: Dense index types and the parameters each accepts (build, search).
+#: Dense index types and the parameters each accepts (build, search); Milvus's names.
 INDEX_TYPES: dict[str, tuple[frozenset[str], frozenset[str]]] = {
     "FLAT": (frozenset(), frozenset()),
-    "HNSW": (frozenset({"M", "efConstruction"}), frozenset({"ef"})),
     "IVF_FLAT": (frozenset({"nlist"}), frozenset({"nprobe"})),
+    "IVF_SQ8": (frozenset({"nlist"}), frozenset({"nprobe"})),
+    "IVF_PQ": (frozenset({"nlist", "m", "nbits"}), frozenset({"nprobe"})),
+    "HNSW": (frozenset({"M", "efConstruction"}), frozenset({"ef"})),
     "AUTOINDEX": (frozenset(), frozenset({"level"})),
+}
+#: Index types Milvus Lite (3.2.2) does not build: it accepts the index and then
+#: fails every segment's build in the background, searching by brute force.
+LITE_REFUSED = frozenset({"IVF_PQ"})
+#: Accepted values of each parameter, ``(low, high)`` (Milvus's documented ranges;
+#: ``nprobe`` is also at most the index's ``nlist``, ``m`` a divisor of the dimension).
+PARAM_RANGES: dict[str, tuple[int, int | None]] = {
+    "nlist": (1, 65_536),
+    "nprobe": (1, 65_536),
+    "m": (1, 32_768),
+    "nbits": (1, 16),
+    "M": (2, 2_048),
+    "efConstruction": (1, None),
+    "ef": (1, None),
+    "level": (1, None),
+}
+#: Values sent when a parameter is not given, so that every deployment builds and
+#: searches alike (Milvus Lite's own defaults differ from a server's: nprobe 10 vs 8).
+#: ``m`` defaults to the dimension's largest divisor up to dim / 4; ``nprobe`` is
+#: capped at ``nlist``.
+PARAM_DEFAULTS: dict[str, int] = {
+    "nlist": 128,
+    "nbits": 8,
+    "M": 16,
+    "efConstruction": 200,
+    "nprobe": 8,
+    "ef": 64,
 }
 #: Milvus's request limits (https://milvus.io/docs/limitations.md).
 MAX_NQ = 16_384
@@ -88,7 +121,7 @@ def check_index(index: Any) -> str:
 
 
 def check_params(params: Mapping[str, Any] | None, allowed: frozenset[str], name: str) -> dict:
-    """Index build or search parameters: known keys only, positive integer values."""
+    """Index build or search parameters: known keys only, integers in :data:`PARAM_RANGES`."""
     params = dict(params or {})
     unknown = sorted(set(params) - allowed)
     if unknown:
@@ -97,7 +130,9 @@ def check_params(params: Mapping[str, Any] | None, allowed: frozenset[str], name
             f"{sorted(allowed) or '(none)'}"
         )
     for key, value in params.items():
-        check_int(value, f"{name}[{key!r}]", low=1)
+        low, high = PARAM_RANGES.get(key, (1, None))
+        check_int(value, f"{name}[{key!r}]", low=low, high=high)
+        params[key] = int(value)
     return params
 
 

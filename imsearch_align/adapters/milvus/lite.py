@@ -8,7 +8,7 @@ releases the directory lock (Milvus Lite allows one process per directory).
 
 A path Milvus Lite cannot open is explained by what is there:
 :func:`check_lite_path` refuses an ordinary file (Milvus Lite 3 keeps a
-database as a directory), and a failed start names its real cause (the lock
+database as a directory) with a ``ConfigError`` (exit status 2), and a failed start names its real cause (the lock
 held by another process, or the error Milvus Lite met), which
 ``milvus-lite`` itself only logs.
 """
@@ -22,6 +22,7 @@ from pathlib import Path
 
 from imsearch_align.adapters.milvus.errors import MilvusStoreError
 from imsearch_align.adapters.milvus.logs import LITE_LOG_FILTER
+from imsearch_align.framework.errors import ConfigError
 
 __all__ = ["check_lite_path", "lite_address", "open_lite", "release_lite"]
 
@@ -49,8 +50,8 @@ def _describe_file(path: Path) -> str:
     return f"{kind} of {size} bytes"
 
 
-def _not_a_database(uri: str, found: str) -> ValueError:
-    return ValueError(
+def _not_a_database(uri: str, found: str) -> ConfigError:
+    return ConfigError(
         f"uri: {uri!r} is {found}, not a Milvus Lite database; expected a Milvus Lite "
         "database (Milvus Lite 3 keeps one as a directory, made on first use) or a new path"
     )
@@ -60,7 +61,8 @@ def check_lite_path(uri: str) -> None:
     """Refuse a Milvus Lite ``uri`` that is an ordinary file (not a database Milvus Lite made).
 
     Raises:
-        ValueError: naming the path, what was expected and what was found.
+        ConfigError: (a ``ValueError``; exit status 2 on the command line)
+            naming the path, what was expected and what was found.
     """
     path = Path(uri)
     if path.exists() and not path.is_dir():

@@ -3,9 +3,12 @@
 Collections have an ``INT64`` primary key ``id`` (the caller's ids), a
 vector field ``vector`` (``FLOAT_VECTOR``, or ``SPARSE_FLOAT_VECTOR`` with
 ``SPARSE_INVERTED_INDEX``), metric ``IP``, typed scalar columns if asked
-for, and a dynamic field, so other metadata given at insert can be filtered
-on too. :func:`create_on_server` makes one (and detects a creation race
-by reading the owner marker back). :class:`CollectionMeta` is what the store keeps about each one
+for, ``INT64`` fields for the integer attributes it knows at creation (see
+:mod:`~imsearch_align.adapters.milvus.filters`), and a dynamic field, so
+other metadata given at insert can be filtered on too. :func:`create_on_server`
+makes one with its index (build parameters as the deployment reads them,
+:func:`~imsearch_align.adapters.milvus.tuning.wire_params`) and detects a
+creation race by reading the owner marker back. :class:`CollectionMeta` is what the store keeps about each one
 (``CollectionInfo.state``).
 """
 
@@ -24,7 +27,9 @@ from imsearch_align.adapters.milvus.config import (
     redact_uri,
 )
 from imsearch_align.adapters.milvus.errors import MilvusStoreError
+from imsearch_align.adapters.milvus.filters import ATTRIBUTES_PROPERTY, attributes_from_properties
 from imsearch_align.adapters.milvus.logs import import_pymilvus
+from imsearch_align.adapters.milvus.tuning import wire_params
 
 __all__ = [
     "CollectionMeta",
@@ -53,6 +58,17 @@ class CollectionMeta:
     ready_at: int | None = None
     #: What the last readiness wait took (``Readiness.to_dict()``).
     readiness: dict[str, Any] = field(default_factory=dict)
+    #: Times the collection's index was built: 1 once it is on the server (Milvus
+    #: builds each sealed segment's index from the one definition made at creation).
+    builds: int = 0
+    #: The build parameters the index was created with (empty: not known).
+    index_params: dict[str, int] = field(default_factory=dict)
+    #: Search-time parameters of this collection (``set_search_params``).
+    search: dict[str, int] = field(default_factory=dict)
+    #: Whether the attributes are typed INT64 fields (else in the dynamic field).
+    typed_attributes: bool = False
+    #: Filter expressions the server evaluated on this collection (checked once).
+    expressions: set[str] = field(default_factory=set)
 
     @property
     def searchable(self) -> bool:
@@ -72,13 +88,16 @@ def build_schema(pymilvus: Any, info: CollectionInfo) -> Any:
     for fname, ftype in info.state.fields.items():
         extra = {"max_length": 65_535} if ftype == "str" else {}
         schema.add_field(fname, getattr(DataType, SCALAR_TYPES[ftype]), **extra)
+    for fname in info.attribute_names or ():
+        schema.add_field(fname, DataType.INT64)
     return schema
 
 
 def build_index_params(
-    pymilvus: Any, info: CollectionInfo, index: str, params: Mapping[str, Any]
+    pymilvus: Any, info: CollectionInfo, index: str, params: Mapping[str, Any], *, lite: bool
 ) -> Any:
-    """The vector index: ``SPARSE_INVERTED_INDEX`` for sparse, else ``index`` with ``params``."""
+    """The vector index: ``SPARSE_INVERTED_INDEX`` for sparse, else ``index`` with ``params``
+    (nested as Milvus Lite reads them when ``lite``)."""
     index_params = pymilvus.MilvusClient.prepare_index_params()
     if info.sparse:
         index_params.add_index(
@@ -89,7 +108,7 @@ def build_index_params(
             field_name=VEC_FIELD,
             index_type=index,
             metric_type="IP",
-            params=dict(params),
+            params=wire_params(params, lite=lite),
         )
     return index_params
 
@@ -103,6 +122,7 @@ def create_on_server(
     consistency_level: str,
     owner: str,
     uri: str,
+    lite: bool,
 ) -> None:
     """Create ``info``'s collection on the server, with its index and the owner marker.
 
@@ -110,24 +130,28 @@ def create_on_server(
         call: the store's ``_call`` (a client method through the retries).
         info: the collection; ``info.state.pending`` is cleared once made.
         index: the dense index type.
-        index_params: its build parameters.
+        index_params: its build parameters (defaults filled).
         consistency_level: the collection's consistency level.
         owner: the token written as :data:`OWNER_PROPERTY`.
         uri: the store's uri (for the error message).
+        lite: the deployment is Milvus Lite (its encoding of build parameters).
 
     Raises:
         CollectionExistsError: another store created the name at the same moment.
     """
     pymilvus = import_pymilvus()
+    properties = {OWNER_PROPERTY: owner}
+    if info.attribute_names:
+        properties[ATTRIBUTES_PROPERTY] = ",".join(info.attribute_names)
     call(
         "create_collection",
         info.name,
         "create_collection",
         info.name,
         schema=build_schema(pymilvus, info),
-        index_params=build_index_params(pymilvus, info, index, index_params),
+        index_params=build_index_params(pymilvus, info, index, index_params, lite=lite),
         consistency_level=consistency_level,
-        properties={OWNER_PROPERTY: owner},
+        properties=properties,
     )
     # Two stores may race for a free name; some servers answer the second
     # create with success. The marker read back says who won.
@@ -139,6 +163,9 @@ def create_on_server(
             f"same moment by another run (owner {winner!r}); pick another name"
         )
     info.state.pending = False
+    info.state.builds = 1
+    info.state.index_params = {} if info.sparse else dict(index_params)
+    info.state.typed_attributes = bool(info.attribute_names)
 
 
 def info_from_description(
@@ -158,6 +185,13 @@ def info_from_description(
     sparse = vec["type"] == pymilvus.DataType.SPARSE_FLOAT_VECTOR
     dim = None if sparse else int(vec["params"]["dim"])
     props = desc.get("properties") or {}
-    return CollectionInfo(
-        name=name, dim=dim, sparse=sparse, state=CollectionMeta(owner=props.get(OWNER_PROPERTY))
+    names = attributes_from_properties(props)
+    typed = {f.get("name") for f in desc.get("fields", [])}
+    state = CollectionMeta(
+        owner=props.get(OWNER_PROPERTY),
+        builds=1,  # MilvusStore creates every collection with its index
+        typed_attributes=bool(names) and set(names) <= typed,
     )
+    info = CollectionInfo(name=name, dim=dim, sparse=sparse, state=state)
+    info.attribute_names = names
+    return info

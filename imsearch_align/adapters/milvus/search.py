@@ -25,6 +25,7 @@ from imsearch_align.adapters.milvus.rows import (
     sparse_row_bytes,
     sparse_rows,
 )
+from imsearch_align.adapters.milvus.tuning import request_params
 
 __all__ = ["QueryBatches", "check_full_rows"]
 
@@ -36,7 +37,8 @@ class QueryBatches:
         call: the store's ``_call`` (a client method through the retries).
         info: the collection searched.
         q: checked queries, float32 ``(nq, d)`` or CSR.
-        search_params: the index's search parameters.
+        search_params: the index's search parameters (HNSW's ``ef`` is raised to
+            the hits asked for, :func:`~imsearch_align.adapters.milvus.tuning.request_params`).
         consistency_level: the store's consistency level.
         request_bytes: payload budget of one request.
         filter: a Milvus boolean expression ("" for none).
@@ -66,10 +68,9 @@ class QueryBatches:
         else:
             self._row_bytes = dense_row_bytes(nq, q.shape[1])
             self._asked = np.ones(nq, dtype=bool)
-        params: dict[str, Any] = {"metric_type": "IP", "params": dict(search_params)}
+        self._params = dict(search_params)
         self._kwargs: dict[str, Any] = {
             "output_fields": [ID_FIELD],
-            "search_params": params,
             "anns_field": VEC_FIELD,
             "filter": filter,
             "consistency_level": consistency_level,
@@ -82,11 +83,21 @@ class QueryBatches:
         scores = np.full((len(rows), limit), -np.inf, dtype=np.float32)
         todo = np.flatnonzero(self._asked[rows])
         batches = byte_batches(self._row_bytes[rows[todo]], self._request_bytes, max_rows=MAX_NQ)
+        params = {"metric_type": "IP", "params": request_params(self._params, limit)}
         for lo, hi in batches:
             sel = todo[lo:hi]
             qs = q[rows[sel]]
             data = sparse_rows(qs, 0, len(sel)) if sparse else list(qs)
-            res = self._call("search", name, "search", name, data=data, limit=limit, **self._kwargs)
+            res = self._call(
+                "search",
+                name,
+                "search",
+                name,
+                data=data,
+                limit=limit,
+                search_params=params,
+                **self._kwargs,
+            )
             for r, hits in zip(sel, res):
                 h_ids = hits.ids
                 if h_ids:

@@ -1,6 +1,7 @@
 """MilvusStore: the BaseStore verbs (create, insert, search, drop, count...) on Milvus.
 
-The store checks its options (:mod:`~imsearch_align.adapters.milvus.config`),
+The store checks its options (:mod:`~imsearch_align.adapters.milvus.config`,
+the index setting in :mod:`~imsearch_align.adapters.milvus.tuning`),
 talks to the server through one
 :class:`~imsearch_align.adapters.milvus.connection.MilvusConnection`
 (retries, Lite server, clear errors), lays collections out as
@@ -8,7 +9,10 @@ talks to the server through one
 batches under the request limit (:mod:`~imsearch_align.adapters.milvus.rows`).
 The server holds the catalog and the ids (``keeps_ids = False``): the
 catalog hooks here ask it, and ownership (the owner marker on each
-collection) decides who may change a collection.
+collection) decides who may change a collection. Search-time parameters
+change per collection without a rebuild (``TunableSearch``) and filtered
+search sends a boolean expression (``FilteredSearch``,
+:mod:`~imsearch_align.adapters.milvus.filters`).
 """
 
 from __future__ import annotations
@@ -26,10 +30,10 @@ from imsearch_align.adapters.base import (
     finalize_rows,
     search_closing_ties,
 )
-from imsearch_align.adapters.milvus.catalog import MilvusCatalog
 from imsearch_align.adapters.milvus.config import (
     ID_FIELD,
     INDEX_TYPES,
+    LITE_REFUSED,
     MAX_DIM,
     MAX_REQUEST_BYTES,
     MAX_TOPK,
@@ -44,6 +48,10 @@ from imsearch_align.adapters.milvus.config import (
     redact_uri,
 )
 from imsearch_align.adapters.milvus.connection import MilvusConnection
+from imsearch_align.adapters.milvus.filters import (
+    check_declared,
+    declare_on_server,
+)
 from imsearch_align.adapters.milvus.lite import check_lite_path
 from imsearch_align.adapters.milvus.ready import wait_searchable
 from imsearch_align.adapters.milvus.rows import (
@@ -56,6 +64,13 @@ from imsearch_align.adapters.milvus.rows import (
 )
 from imsearch_align.adapters.milvus.schema import CollectionMeta, create_on_server
 from imsearch_align.adapters.milvus.search import QueryBatches, check_full_rows
+from imsearch_align.adapters.milvus.search_options import MilvusSearchOptions
+from imsearch_align.adapters.milvus.tuning import (
+    build_values,
+    check_search_update,
+    check_server_accepts,
+    pq_subquantizers,
+)
 from imsearch_align.framework.interfaces import SearchResult
 from imsearch_align.framework.registry import STORES
 from imsearch_align.framework.validation import check_int
@@ -64,7 +79,7 @@ __all__ = ["MilvusStore"]
 
 
 @STORES.register("milvus")
-class MilvusStore(MilvusCatalog):
+class MilvusStore(MilvusSearchOptions):
     """Milvus (Lite file, Lite server, standalone, cluster) as a vector store.
 
     Args:
@@ -77,12 +92,19 @@ class MilvusStore(MilvusCatalog):
             the same owner may insert into them or drop them. Default: a
             fresh random token per store. Pass a run id to reclaim a run's
             collections after a restart of the run.
-        index: ``"FLAT"`` (exact), ``"HNSW"``, ``"IVF_FLAT"`` or
-            ``"AUTOINDEX"`` for dense collections; sparse collections always
-            use ``SPARSE_INVERTED_INDEX`` (exact inner product).
-        index_params: build parameters: HNSW ``M``, ``efConstruction``;
-            IVF_FLAT ``nlist``.
-        search_params: HNSW ``ef``; IVF_FLAT ``nprobe``; AUTOINDEX ``level``.
+        index: ``"FLAT"`` (exact), ``"IVF_FLAT"``, ``"IVF_SQ8"``,
+            ``"IVF_PQ"``, ``"HNSW"`` or ``"AUTOINDEX"`` for dense
+            collections; sparse collections always use
+            ``SPARSE_INVERTED_INDEX`` (exact inner product). Milvus Lite
+            does not build ``IVF_PQ`` (refused before any work).
+        index_params: build parameters: IVF ``nlist`` (128); IVF_PQ also
+            ``m`` (a divisor of the dimension; default its largest divisor up
+            to dim / 4) and ``nbits`` (8); HNSW ``M`` (16), ``efConstruction``
+            (200). Defaults are sent, so every deployment builds alike.
+        search_params: search-time defaults of every collection: IVF
+            ``nprobe`` (8, at most ``nlist``); HNSW ``ef`` (64; a search of
+            more hits uses ``ef = k``); AUTOINDEX ``level``. One collection's
+            change with :meth:`set_search_params` (no rebuild).
         consistency_level: of every search: ``"Bounded"`` (default, as
             production searches), ``"Session"``, ``"Eventually"`` or
             ``"Strong"`` (each request then waits for the server to catch
@@ -112,7 +134,9 @@ class MilvusStore(MilvusCatalog):
     Scalar metadata: ``create_collection(..., fields={"cat": "int"})`` and
     ``insert(..., fields={"cat": array})`` store columns (int, float, str,
     bool) beside each vector; ``search(..., filter="cat == 3")`` passes a
-    Milvus boolean expression through.
+    Milvus boolean expression through. Integer attributes for filtered search
+    (``FilteredSearch``): ``insert(..., attributes={"category": ints})`` and
+    :meth:`search_filtered` (see :mod:`~imsearch_align.adapters.milvus.filters`).
     """
 
     #: pymilvus's MilvusClient is safe to share between threads (one gRPC
@@ -150,9 +174,20 @@ class MilvusStore(MilvusCatalog):
             check_lite_path(self.uri)  # an ordinary file is refused before any work
         self.owner = check_owner(uuid.uuid4().hex if owner is None else owner)
         self.index = check_index(index)
-        build_ok, search_ok = INDEX_TYPES[self.index]
-        self.index_params = check_params(index_params, build_ok, "index_params")
-        self.search_params = check_params(search_params, search_ok, "search_params")
+        if is_lite_uri(self.uri):  # a Milvus Lite server at a URL: at create_collection
+            check_server_accepts(self.index, lite=True, where=f"uri {self.uri!r}")
+        build_ok = INDEX_TYPES[self.index][0]
+        #: Build parameters every dense collection's index is created with (defaults filled).
+        self.index_params = build_values(
+            self.index, check_params(index_params, build_ok, "index_params")
+        )
+        #: Search-time values of every collection without its own (``set_search_params``).
+        self.default_search_params = check_search_update(
+            self.index,
+            search_params or {},
+            nlist=self.index_params.get("nlist"),
+            what="search_params",
+        )
         self.consistency_level = check_consistency_level(consistency_level)
         self.ready_timeout_s = check_seconds("ready_timeout_s", ready_timeout_s)
         self.db_name = db_name
@@ -208,6 +243,7 @@ class MilvusStore(MilvusCatalog):
         sparse: bool = False,
         metric: str = "ip",
         fields: Mapping[str, str] | None = None,
+        attributes: Mapping[str, str] | None = None,
     ) -> None:
         """Create an empty collection owned by this store, with its index, loaded.
 
@@ -223,15 +259,25 @@ class MilvusStore(MilvusCatalog):
             fields: optional typed scalar columns, name -> ``"int"``,
                 ``"float"``, ``"str"`` or ``"bool"``; other columns given at
                 insert go to the dynamic field (filterable too, slower).
+            attributes: optional integer attributes for filtered search, name
+                -> ``"int64"``, made ``INT64`` fields of the schema; every
+                insert then carries them (``insert(..., attributes=...)``).
+                Attributes first given at insert into a collection already
+                on the server go to its dynamic field.
 
         Raises:
             CollectionExistsError: the name is taken on the server (also
                 when another store created it a moment earlier).
+            ValueError: an index the server does not build (named with the
+                ones it does), or an IVF_PQ ``m`` that does not divide ``dim``.
         """
         if dim is not None and not sparse:
             check_int(dim, "dim", low=1, high=MAX_DIM)
-        info = self._new_collection(name, dim, sparse, metric)
         columns = check_schema_fields(fields)
+        declared = check_declared(attributes, columns)
+        info = self._new_collection(name, dim, sparse, metric)
+        if not sparse:
+            self._check_index_for(info)
         info.state = CollectionMeta(
             owner=self.owner,
             count=0,
@@ -239,20 +285,33 @@ class MilvusStore(MilvusCatalog):
             fields=columns,
             ready_at=0,  # empty: nothing to wait for
         )
+        info.attribute_names = declared or None
         if not info.state.pending:
             self._create_on_server(info)
         with self._lock:
             self._register(info)
 
+    def _check_index_for(self, info: CollectionInfo) -> None:
+        """Refuse, before any work, an index the server does not build or an IVF_PQ ``m``
+        that does not divide the collection's dimension."""
+        if self.index in LITE_REFUSED and not self.is_lite and self.lite_server:
+            check_server_accepts(self.index, lite=True, where=f"a Milvus Lite server at {self.uri}")
+        if self.index == "IVF_PQ" and info.dim is not None:
+            pq_subquantizers(self.index_params.get("m"), info.dim, info.name)
+
     def _create_on_server(self, info: CollectionInfo) -> None:
+        params = dict(self.index_params)
+        if self.index == "IVF_PQ" and not info.sparse:
+            params["m"] = pq_subquantizers(params.get("m"), info.dim, info.name)
         create_on_server(
             self._call,
             info,
             index=self.index,
-            index_params=self.index_params,
+            index_params=params,
             consistency_level=self.consistency_level,
             owner=self.owner,
             uri=self.uri,
+            lite=bool(params) and (self.is_lite or self.lite_server),
         )
 
     def insert(
@@ -262,6 +321,7 @@ class MilvusStore(MilvusCatalog):
         ids: Any,
         *,
         fields: Mapping[str, Any] | None = None,
+        attributes: Mapping[str, Any] | None = None,
     ) -> None:
         """Add ``vectors`` with the caller's int64 ``ids`` (and optional scalar columns).
 
@@ -272,6 +332,9 @@ class MilvusStore(MilvusCatalog):
                 sparse weights; both are checked here first.
             ids: ``n`` unique non-negative integers, new to the collection.
             fields: column name -> length-``n`` array of int/float/str/bool.
+            attributes: integer attributes for filtered search, name ->
+                ``n`` integers (the first insert carrying them declares the
+                names; every later insert carries the same ones).
 
         Raises:
             CollectionOwnedError: the collection belongs to another owner.
@@ -279,6 +342,12 @@ class MilvusStore(MilvusCatalog):
         info, m, new_ids = self._prepare_insert(name, vectors, ids)
         n = int(m.shape[0])
         columns = check_columns(fields, n)
+        attrs = self._prepare_attributes(info, attributes, n)
+        if set(attrs) & set(columns):
+            raise ValueError(
+                f"attributes: {sorted(set(attrs) & set(columns))} also given in fields; give "
+                "each column once"
+            )
         self._check_writable(info, "insert")
         if info.sparse and n:
             row_bytes = check_sparse_rows(m, lite=self.is_lite)
@@ -289,8 +358,14 @@ class MilvusStore(MilvusCatalog):
             return
         if info.dim is None:
             info.dim = int(m.shape[1])
+            self._check_index_for(info)
+        if attrs and info.attribute_names is None:
+            if not info.state.pending:  # on the server already: the dynamic field holds them
+                declare_on_server(self._call, name, tuple(attrs))
+            info.attribute_names = tuple(attrs)
         if info.state.pending:
             self._create_on_server(info)
+        columns.update(attrs)
         for col in columns.values():
             row_bytes += col.dtype.itemsize + 8  # an upper bound for str (UTF-32 width)
         self._insert(info, m, new_ids, columns, row_bytes)
@@ -428,16 +503,16 @@ class MilvusStore(MilvusCatalog):
             self._call,
             info,
             q,
-            search_params=self.search_params,
+            search_params={} if info.sparse else self._search_values(info),
             consistency_level=self.consistency_level,
             request_bytes=self.request_bytes,
             filter=filter,
         )
-        if self.index == "FLAT" and not filter:
+        if self.index == "FLAT":
             # exact: the documents tied at the k-th score are chosen by id, not by
             # the server. Bounded by the server's top-k limit, not by this store's
             # count, which another client's inserts can leave behind: a row that
-            # ends in no-hits ends the widening.
+            # ends in no-hits (all the documents a filter keeps) ends the widening.
             ids, scores = search_closing_ties(fetch, nq, self.max_k, k)
         else:
             ids, scores = fetch(np.arange(nq, dtype=np.int64), k)
