@@ -20,7 +20,7 @@ import pandas as pd
 from imsearch_align.experiment.config import DEFAULT_OUTPUT_TEMPLATE, ExperimentConfig
 from imsearch_align.experiment.result import ExperimentResult, ResultSchemaError
 from imsearch_align.experiment.runs import finish_clean, folder_lock
-from imsearch_align.framework.atomic import atomic_write
+from imsearch_align.framework.atomic import atomic_write, writable_folder_error
 
 __all__ = ["OutputPlan", "check_writable"]
 
@@ -32,16 +32,11 @@ PER_QUERY_SUFFIX = ".per_query.parquet"
 
 def check_writable(out_dir: str | os.PathLike) -> None:
     """Create ``out_dir`` if needed and prove a file can be written there."""
-    folder = Path(out_dir)
-    try:
-        folder.mkdir(parents=True, exist_ok=True)
-        probe = folder / f".write-probe-{os.getpid()}"
-        probe.write_bytes(b"")
-        probe.unlink()
-    except OSError as exc:
+    exc = writable_folder_error(out_dir)
+    if exc is not None:
         raise PermissionError(
-            f"output folder {str(folder)!r} cannot be written: {exc.strerror or exc}"
-        ) from None
+            f"output folder {str(Path(out_dir))!r} cannot be written: {exc.strerror or exc}"
+        )
 
 
 def _obstacle(path: Path, key: str) -> str | None:

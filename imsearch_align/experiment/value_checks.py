@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from imsearch_align.experiment.config import ConfigError, ExperimentConfig
+from imsearch_align.framework.atomic import writable_folder_error
 from imsearch_align.framework.registry import DATASETS, ENCODERS, METHODS, PERTURBATIONS
 
 __all__ = [
@@ -132,15 +133,10 @@ def check_cache_dir(config: ExperimentConfig) -> None:
 
 def check_cache_folder(path: str | os.PathLike) -> None:
     """Create the embedding cache folder ``path`` if needed and prove it writable."""
-    folder = Path(path)
-    try:
-        folder.mkdir(parents=True, exist_ok=True)
-        probe = folder / f".write-probe-{os.getpid()}"
-        probe.write_bytes(b"")
-        probe.unlink()
-    except OSError as exc:
+    exc = writable_folder_error(path)
+    if exc is not None:
         raise ConfigError(
-            f"cache_dir {str(folder)!r} cannot be written ({exc.strerror or exc}); expected a "
+            f"cache_dir {str(Path(path))!r} cannot be written ({exc.strerror or exc}); expected a "
             "writable folder: choose another (--cache-dir DIR) or run without the cache "
             "(--cache-dir none)"
-        ) from None
+        )

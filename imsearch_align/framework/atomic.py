@@ -17,7 +17,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import IO
 
-__all__ = ["atomic_write", "current_umask"]
+__all__ = ["atomic_write", "current_umask", "writable_folder_error"]
 
 _UMASK_LOCK = threading.Lock()
 
@@ -69,3 +69,17 @@ def atomic_write(
         Path(tmp).unlink(missing_ok=True)
         raise
     return target
+
+
+def writable_folder_error(folder: str | os.PathLike) -> OSError | None:
+    """Create ``folder`` if needed and prove a file can be written there: the
+    error that stops it (None: writable)."""
+    path = Path(folder)
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        probe = path / f".write-probe-{os.getpid()}"
+        probe.write_bytes(b"")
+        probe.unlink()
+    except OSError as exc:
+        return exc
+    return None

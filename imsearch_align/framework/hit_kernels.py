@@ -20,6 +20,7 @@ import numpy as np
 
 __all__ = [
     "Hits",
+    "Judged",
     "Kernel",
     "average_precision",
     "hit_rate",
@@ -33,7 +34,26 @@ __all__ = [
 # ----------------------------------------------------------------------------- hit structure
 
 
-class Hits:
+class Judged:
+    """What every kernel reads of the judgements, per row (query): ``n_relevant``
+    and the ideal DCG at a cut-off, computed once per ``k``. Subclasses set
+    ``n_relevant``, ``_ideal_dcg`` (``k -> (n,)``) and ``_ideal = {}``."""
+
+    n_relevant: np.ndarray
+
+    def ideal_dcg(self, k: int) -> np.ndarray:
+        """Ideal DCG@k per row (from the judgements, trec_eval)."""
+        if k not in self._ideal:
+            self._ideal[k] = np.asarray(self._ideal_dcg(k), dtype=np.float64)
+        return self._ideal[k]
+
+    def per_relevant(self, values: np.ndarray) -> np.ndarray:
+        """``values / n_relevant``, 0 for rows without relevant judgements."""
+        R = self.n_relevant
+        return np.where(R > 0, values / np.where(R > 0, R, 1.0), 0.0)
+
+
+class Hits(Judged):
     """The non-zero cells of a ``(n_queries, K)`` gain matrix, and what kernels share.
 
     ``rows`` index the queries, ``cols`` are 0-based ranks, ``gains`` the
@@ -108,17 +128,6 @@ class Hits:
             br, bc = self.binary
             self._count[k] = np.bincount(br[bc < k], minlength=self.n_queries).astype(np.float64)
         return self._count[k]
-
-    def ideal_dcg(self, k: int) -> np.ndarray:
-        """Ideal DCG@k per query (from the judgements, trec_eval)."""
-        if k not in self._ideal:
-            self._ideal[k] = np.asarray(self._ideal_dcg(k), dtype=np.float64)
-        return self._ideal[k]
-
-    def per_relevant(self, values: np.ndarray) -> np.ndarray:
-        """``values / n_relevant``, 0 for queries without relevant judgements."""
-        R = self.n_relevant
-        return np.where(R > 0, values / np.where(R > 0, R, 1.0), 0.0)
 
 
 # ----------------------------------------------------------------------------- kernels

@@ -40,6 +40,8 @@ from typing import NamedTuple
 
 import numpy as np
 
+from imsearch_align.framework.hit_kernels import Judged
+
 __all__ = [
     "TieGroups",
     "TieKernel",
@@ -69,7 +71,7 @@ class TieRanks(NamedTuple):
     row: np.ndarray
 
 
-class TieGroups:
+class TieGroups(Judged):
     """The tie groups of ``n`` rankings, as the tie kernels read them.
 
     Each group has a ``row`` (0..n-1), a first rank ``a`` (0-based), a size
@@ -141,17 +143,6 @@ class TieGroups:
     def inside(self, k: int) -> np.ndarray:
         """Ranks of each group inside the top ``k`` (``c``, 0 to ``m``)."""
         return np.clip(k - self.a, 0, self.m)
-
-    def ideal_dcg(self, k: int) -> np.ndarray:
-        """Ideal DCG@k per row (from the judgements, trec_eval)."""
-        if k not in self._ideal:
-            self._ideal[k] = np.asarray(self._ideal_dcg(k), dtype=np.float64)
-        return self._ideal[k]
-
-    def per_relevant(self, values: np.ndarray) -> np.ndarray:
-        """``values / n_relevant``, 0 for rows without relevant judgements."""
-        R = self.n_relevant
-        return np.where(R > 0, values / np.where(R > 0, R, 1.0), 0.0)
 
 
 #: ``tie_kernel(groups, k) -> (n,) float64``.
