@@ -136,18 +136,9 @@ class LanceDBStore(FilterableStore):
             info.state = self._db.create_table(info.name, schema=self._schema(info.dim))
 
     def _insert(self, info: CollectionInfo, vectors: np.ndarray, ids: np.ndarray) -> None:
-        self._add(info, vectors, ids, {})
+        self._insert_attributed(info, vectors, ids, {})
 
     def _insert_attributed(
-        self,
-        info: CollectionInfo,
-        vectors: np.ndarray,
-        ids: np.ndarray,
-        attributes: dict[str, np.ndarray],
-    ) -> None:
-        self._add(info, vectors, ids, attributes)
-
-    def _add(
         self,
         info: CollectionInfo,
         vectors: np.ndarray,

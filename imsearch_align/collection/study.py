@@ -278,12 +278,7 @@ class CellRunner:
         tunable = isinstance(store, TunableSearch)
         ident = cell_identity(base, s, build, search)
         cell = {
-            "format": FORMAT,
-            "kind": "collection_scale",
-            "store": s.store,
-            "method": base.method,
-            "dataset": base.dataset,
-            "direction": d,
+            **_cell_head(base, s),
             "index": {
                 "type": s.index_type,
                 "params": build,
@@ -337,12 +332,7 @@ class CellRunner:
         error = f"{type(exc).__name__}: {exc}"
         self._say(f"  failed {s.label} {search or ''} size={base.size:,}: {error}")
         cell = {
-            "format": FORMAT,
-            "kind": "collection_scale",
-            "store": s.store,
-            "method": base.method,
-            "dataset": base.dataset,
-            "direction": base.direction,
+            **_cell_head(base, s),
             "index": {"type": s.index_type, "params": build, "search_params": search},
             "collection": {"size": base.size, "distractors": base.distractors},
             "config": base.config,
@@ -389,3 +379,15 @@ def _label(cell: dict[str, Any]) -> str:
     tail += "" if rec is None else f" recall {rec:.3f}"
     tail += "" if qps is None else f" {qps:,.0f} q/s"
     return f"{head} size={size:,}{tail}"
+
+
+def _cell_head(base: CellBase, s: IndexSetting) -> dict[str, Any]:
+    """The fields every cell of one collection and index setting starts with."""
+    return {
+        "format": FORMAT,
+        "kind": "collection_scale",
+        "store": s.store,
+        "method": base.method,
+        "dataset": base.dataset,
+        "direction": base.direction,
+    }
