@@ -401,6 +401,98 @@ def test_ctrl_c_exits_130_and_the_same_command_resumes(tmp_path):
     assert t2i.timings.n_batches_resumed + t2i.timings.n_batches_searched == t2i.timings.n_batches
 
 
+def test_sigterm_exits_143_with_one_line_and_the_same_command_resumes(tmp_path):
+    """Issue 28, unclear: SIGTERM mid-run says what Ctrl-C says (finished batches are
+    checkpointed; run the same command to resume) and exits 143."""
+    log = tmp_path / "calls.txt"
+    out = tmp_path / "out"
+    args = [*EVAL[:-4], "--store", "slow-faiss", "--n-support", "100", "--directions", "t2i",
+            "--batch-size", "16", "--workers", "1", "--output-dir", str(out),
+            "--plugin", "cli_test_stores"]  # fmt: skip
+    env = _env(_plugin_env(tmp_path, SLOW_S="0.3", SLOW_LOG=str(log)))
+    proc = subprocess.Popen([sys.executable, "-m", "imsearch_align.cli", *args], env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
+    try:
+        deadline = time.time() + 120
+        while time.time() < deadline and proc.poll() is None:
+            # The untimed warm-up query, then two batches.
+            if log.exists() and len(log.read_text().split()) >= 3:
+                break
+            time.sleep(0.05)
+        proc.send_signal(signal.SIGTERM)
+        stdout, stderr = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate(timeout=30)
+    assert proc.returncode == 143, (stdout, stderr)
+    assert stderr.strip() == (
+        "terminated (SIGTERM): finished search batches are checkpointed; "
+        "run the same command to resume"
+    ), stderr
+    assert not list(out.glob("*.json"))
+    p = cli(*args, env=_plugin_env(tmp_path, SLOW_S="0", SLOW_LOG=str(log)))
+    assert p.returncode == 0, p.stderr
+    (path,) = out.glob("*.json")
+    t2i = ExperimentResult.load(path).rankings["t2i"]
+    assert t2i.timings.n_batches_resumed >= 1
+    assert t2i.timings.n_batches_resumed + t2i.timings.n_batches_searched == t2i.timings.n_batches
+
+
+@pytest.mark.parametrize("command", ["eval", "sweep"])
+def test_sigterm_in_eval_and_sweep_says_so_and_exits_143(command, tmp_path, capsys, monkeypatch):
+    """SIGTERM while ``eval`` or ``sweep`` works: one line, exit 143; the handler is the
+    previous one again once the command returns."""
+    import imsearch_align.experiment as experiment
+    from imsearch_align.cli import main
+
+    def terminated(*a, **kw):
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(30)  # the signal interrupts this
+        raise AssertionError("SIGTERM did not stop the run")
+
+    monkeypatch.setattr(experiment, "run_experiment", terminated)
+    monkeypatch.setattr(experiment, "sweep", terminated)
+    before = signal.getsignal(signal.SIGTERM)
+    args = [command, *SYN, "--output-dir", str(tmp_path)]
+    assert main(args + (["--n-support", "50"] if command == "sweep" else [])) == 143
+    assert capsys.readouterr().err.strip() == (
+        "terminated (SIGTERM): finished search batches are checkpointed; "
+        "run the same command to resume"
+    )
+    assert signal.getsignal(signal.SIGTERM) is before
+
+
+@pytest.mark.parametrize("failing", [".per_query.parquet", ".json"])
+def test_a_full_disk_prints_the_finished_table_then_names_the_file(
+    failing, tmp_path, capsys, monkeypatch
+):
+    """Issue 28, unclear: the result cannot be written (ENOSPC): the finished run's table
+    is printed, then one line naming the file, exit 1; nothing half-written is left."""
+    import errno
+
+    from imsearch_align.cli import main
+    from imsearch_align.experiment import output
+
+    real = output.atomic_write
+
+    def full(path, data, **kw):
+        if str(path).endswith(failing):
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        return real(path, data, **kw)
+
+    monkeypatch.setattr(output, "atomic_write", full)
+    out = tmp_path / "out"
+    assert main([*EVAL, "--directions", "t2i", "--output-dir", str(out)]) == 1
+    stdout, stderr = capsys.readouterr()
+    assert console_table(stdout)[("t2i", "failed")] == "0"  # the finished run's numbers
+    target = out / f"synthetic_procrustes_faiss_100{failing}"
+    assert stderr.strip().splitlines() == [
+        f"error: cannot write the result to {target}: No space left on device"
+    ]
+    assert not [p for p in out.iterdir() if not p.name.startswith(".")]
+
+
 # ----------------------------------------------------------------------------- sweep
 
 

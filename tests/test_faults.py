@@ -15,7 +15,8 @@ non-zero exit with one clear message and a result file marked degraded or failed
 * stores that lie about scores or ids (11.6), in ``eval``, ``build`` and ``sweep``;
 * an unreachable server, reported before any fitting ("Unclear today").
 
-Ctrl-C is tested in ``tests/test_cli.py::test_ctrl_c_exits_130_and_the_same_command_resumes``.
+Ctrl-C is tested in ``tests/test_cli.py::test_ctrl_c_exits_130_and_the_same_command_resumes``,
+SIGTERM in ``tests/test_cli.py::test_sigterm_exits_143_with_one_line_and_the_same_command_resumes``.
 The restarts run on Milvus Lite only: a Milvus 2.3.5 standalone (PyPI ``milvus``) stopped with
 SIGTERM after an insert often does not answer again within minutes (the server, not the
 harness; see ``tests/adapters/test_milvus_faults.py::test_milvus_235_standalone_restart``).

@@ -232,3 +232,34 @@ def test_rows_differing_only_in_a_hidden_setting_say_how_they_differ():
     # one experiment alone: nothing hidden to tell apart
     header, body = _table(to_markdown(results_frame(rows[:1])))
     assert "image_encoder_params" not in "".join(body[0])
+
+
+@pytest.mark.parametrize(("n", "shown"), [(100, "100"), (None, "all")])
+def test_a_failed_run_shows_its_configured_n(tmp_path, monkeypatch, n, shown):
+    """Issue 28, unclear: a run that failed before drawing its support pairs (a dead
+    server port) shows the N it was configured with, never 0, in the table and the CSV."""
+    from imsearch_align.experiment import ExperimentError, pipeline, run_experiment
+
+    def dead_port(ctx):
+        raise ConnectionError("Fail connecting to server on 127.0.0.1:1")
+
+    monkeypatch.setattr(pipeline, "_connect", dead_port)
+    cfg = fake_result("csa", "exact", n, 0.5).config.replace(
+        dataset_params={"n_images": 200}, method_params={}
+    )
+    with pytest.raises(ExperimentError):
+        run_experiment(cfg, output_dir=tmp_path, progress=False)
+    ok = fake_result("procrustes", "exact", 100, 0.5)
+    (tmp_path / "ok.json").write_text(ok.to_json())
+    df = load_results([tmp_path])
+    failed = df[df["status"] == "failed"].iloc[0]
+    assert str(failed["n_support_pairs"]) == shown
+    header, body = _table(to_markdown(df))
+    row = next(r for r in body if r[header.index("status")] == "failed")
+    assert row[header.index("N")] == shown
+    df.to_csv(tmp_path / "bench.csv", index=False)
+    csv = pd.read_csv(tmp_path / "bench.csv", dtype=str)
+    assert csv.loc[csv["status"] == "failed", "n_support_pairs"].tolist() == [shown]
+    # A failed result without dataset info (a sweep cell that failed outright) alike.
+    bare = ExperimentResult(config=cfg, status=RunStatus("failed", error="ConnectionError: x"))
+    assert str(results_frame([bare]).iloc[0]["n_support_pairs"]) == shown

@@ -21,7 +21,8 @@ config key, type or value, unusable config file, bad output template,
 unwritable output or cache folder, a plug-in module that fails to import, a
 ``build`` output that is not its own to replace) found before any work; 3 a run finished **degraded** (failed queries: the numbers
 are not the full measurement; ``--allow-failures`` makes it 0); 130
-interrupted (Ctrl-C: finished batches are checkpointed).
+interrupted (Ctrl-C: finished batches are checkpointed); 143 terminated
+(SIGTERM: as Ctrl-C; run the same command to resume).
 
 One module per command group: :mod:`.run` (eval, sweep; their config flags
 are made from ``ExperimentConfig``'s fields by :mod:`.config_flags`),

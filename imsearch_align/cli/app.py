@@ -20,7 +20,7 @@ from imsearch_align.cli.doctor import add_doctor_command
 from imsearch_align.cli.embed import add_embed_command
 from imsearch_align.cli.listing import add_list_command
 from imsearch_align.cli.report import add_report_commands
-from imsearch_align.cli.run import add_run_commands
+from imsearch_align.cli.run import Terminated, add_run_commands
 from imsearch_align.report_html.cli import add_report_command
 
 __all__ = ["build_parser", "main", "verbosity"]
@@ -140,6 +140,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (UnknownNameError, PluginError, UsageError, ConfigError, TaskUnsupportedError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    except Terminated:
+        print("terminated (SIGTERM): finished search batches are checkpointed; run the same "
+              "command to resume", file=sys.stderr)  # fmt: skip
+        return 143
     except KeyboardInterrupt:
         print("interrupted: finished search batches are checkpointed; run the same command to resume",
               file=sys.stderr)  # fmt: skip

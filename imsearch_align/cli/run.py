@@ -4,25 +4,55 @@ Both take every config field as a flag (:mod:`.config_flags`, over a
 ``--config`` file) and check every config before any work: its names and
 parameters once (:func:`~imsearch_align.experiment.components.preflight`),
 its output name and folder; a problem exits 2. A run that failed exits 1,
-one that finished degraded 3 (0 with ``--allow-failures``).
+one that finished degraded 3 (0 with ``--allow-failures``); a finished run
+whose result cannot be written (a full disk) prints its table, then the file
+it could not write, and exits 1. SIGTERM is taken as Ctrl-C
+(:class:`Terminated`): finished search batches are checkpointed, exit 143.
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
+import signal
 import sys
+import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 from imsearch_align.cli.common import UsageError, note, warn
 from imsearch_align.cli.config_flags import add_config_flags, config_mapping, value_type
 
-__all__ = ["add_run_commands", "cmd_eval", "cmd_sweep", "exit_status"]
+__all__ = ["Terminated", "add_run_commands", "cmd_eval", "cmd_sweep", "exit_status"]
 
 #: The config field a sweep varies by an axis flag of the same name (a list).
 _SWEPT = ("n_support",)
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM during ``eval`` or ``sweep``: raised in the main thread, so the run
+    stops as on Ctrl-C (queued batches cancelled, finished ones checkpointed)."""
+
+
+def _sigterm_as_ctrl_c(command: Callable[[argparse.Namespace], int]) -> Callable[..., int]:
+    """While ``command`` runs, SIGTERM raises :class:`Terminated` (main thread only)."""
+
+    def _raise(signum: int, frame: Any) -> None:
+        raise Terminated
+
+    @functools.wraps(command)
+    def run(args: argparse.Namespace) -> int:
+        if threading.current_thread() is not threading.main_thread():
+            return command(args)
+        previous = signal.signal(signal.SIGTERM, _raise)
+        try:
+            return command(args)
+        finally:
+            signal.signal(signal.SIGTERM, previous)
+
+    return run
 
 
 # ----------------------------------------------------------------------------- parser
@@ -180,9 +210,18 @@ def _run_kw(args: argparse.Namespace, out: Path, template: str) -> dict[str, Any
 # ----------------------------------------------------------------------------- eval
 
 
+def _unsaved(exc: Any) -> int:
+    """A finished run whose result could not be written: its table, then the file, exit 1."""
+    print(exc.result.summary())
+    print(f"error: {exc}", file=sys.stderr)
+    return 1
+
+
+@_sigterm_as_ctrl_c
 def cmd_eval(args: argparse.Namespace) -> int:
     """``eval``: one experiment."""
     from imsearch_align.experiment import ExperimentError, run_experiment
+    from imsearch_align.experiment.output import ResultWriteError
 
     data, _ = config_mapping(args)
     _note_defaults(data)
@@ -191,6 +230,8 @@ def cmd_eval(args: argparse.Namespace) -> int:
     t = time.perf_counter()
     try:
         result = run_experiment(cfg, **_run_kw(args, out, template))
+    except ResultWriteError as exc:
+        return _unsaved(exc)
     except ExperimentError as exc:
         print(exc.result.summary())
         print(f"error: {exc}", file=sys.stderr)
@@ -249,9 +290,11 @@ def _sweep_table(results: Sequence[Any]) -> str:
     return to_markdown(df, sort=False, columns=cols, bold_best=False)
 
 
+@_sigterm_as_ctrl_c
 def cmd_sweep(args: argparse.Namespace) -> int:
     """``sweep``: the grid n_support x methods x stores."""
     from imsearch_align.experiment import grid, sweep
+    from imsearch_align.experiment.output import ResultWriteError
 
     data, scoped = config_mapping(args, swept=_SWEPT)
     _note_defaults(data)
@@ -266,7 +309,10 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     configs = _fit_support_defaults(configs)
     out, template = _preflight(configs, args)
     t = time.perf_counter()
-    results = sweep(configs, **_run_kw(args, out, template), on_error=args.on_error)
+    try:
+        results = sweep(configs, **_run_kw(args, out, template), on_error=args.on_error)
+    except ResultWriteError as exc:  # --on-error raise (recorded as a failed cell otherwise)
+        return _unsaved(exc)
     print()
     print(_sweep_table(results), end="")
     states = [r.status.state for r in results]

@@ -14,6 +14,7 @@ import os
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 
@@ -22,7 +23,7 @@ from imsearch_align.experiment.result import ExperimentResult, ResultSchemaError
 from imsearch_align.experiment.runs import finish_clean, folder_lock
 from imsearch_align.framework.atomic import atomic_write, writable_folder_error
 
-__all__ = ["OutputPlan", "check_writable"]
+__all__ = ["OutputPlan", "ResultWriteError", "check_writable"]
 
 log = logging.getLogger(__name__)
 
@@ -73,6 +74,37 @@ def _is_parquet(path: Path) -> bool:
             return path.is_file() and head == b"PAR1" and f.read(4) == b"PAR1"
     except OSError:
         return False
+
+
+def _per_query_problem(path: Path) -> str | None:
+    """Why the per-query parquet ``path`` is not whole (None: its footer reads)."""
+    if not path.is_file():
+        return "is missing"
+    import pyarrow.parquet as pq
+
+    try:
+        pq.read_metadata(path)
+    except Exception as exc:  # pyarrow raises its own errors for a torn footer
+        first = (str(exc).splitlines() or [""])[0]
+        return f"is unreadable ({type(exc).__name__}: {first})"
+    return None
+
+
+class ResultWriteError(OSError):
+    """A finished run's result (its JSON or per-query parquet) could not be written.
+
+    ``path`` is the file that failed, ``result`` the finished result (its
+    numbers measured, not saved); the run's checkpoints are kept, so running
+    the same command again resumes.
+    """
+
+    def __init__(self, path: Path, cause: OSError, result: ExperimentResult) -> None:
+        super().__init__(cause.errno, cause.strerror or str(cause), str(path))
+        self.path = path
+        self.result = result
+
+    def __str__(self) -> str:
+        return f"cannot write the result to {self.path}: {self.strerror}"
 
 
 def _beside(named: Path, key: str) -> Iterator[Path]:
@@ -140,8 +172,10 @@ class OutputPlan:
     def reusable(self, config: ExperimentConfig) -> ExperimentResult | None:
         """The stored result to keep under ``--skip-existing``, or None to run.
 
-        Kept only when it is this config's result and its status is ``ok``; a
-        degraded or failed result or a torn file means running again. (A file
+        Kept only when it is this config's result, its status is ``ok`` and
+        its per-query parquet (when it has one) is there and readable; a
+        degraded or failed result, a torn file or a missing or torn per-query
+        file means running again. (A file
         that is not this config's result is never this plan's path:
         :meth:`make` writes this config's result beside it.)
         """
@@ -163,6 +197,14 @@ class OutputPlan:
         if not res.status.ok:
             log.warning("%s is %s: running it again", self.path, res.status)
             return None
+        if res.per_query_file:
+            table = self.path.parent / res.per_query_file
+            problem = _per_query_problem(table)
+            if problem is not None:
+                log.warning(
+                    "the per-query file %s of %s %s: running again", table, self.path, problem
+                )
+                return None
         return res.with_(skipped=True, path=str(self.path))
 
     def write(
@@ -173,7 +215,9 @@ class OutputPlan:
         The name is chosen and both files written under the folder's lock
         (:func:`~imsearch_align.experiment.runs.folder_lock`): a file that is
         not provably this config's result is never replaced, and two runs
-        writing at once never take the same name.
+        writing at once never take the same name. A write that fails raises
+        :class:`ResultWriteError` naming the file and carrying ``result``; a
+        per-query table written for a result that could not be is removed.
         """
         if self.path is None or self.named is None or self.checkpoint_root is None:
             return result
@@ -183,11 +227,25 @@ class OutputPlan:
             frame["query_id"] = frame["query_id"].astype(str)
         with folder_lock(self.checkpoint_root.parent):
             path = _choose(self.named, self.key, chosen=self.path)
+            table = path.with_suffix(PER_QUERY_SUFFIX)
+            fresh = frame is not None and not os.path.lexists(table)
             if frame is not None:
-                table = path.with_suffix(PER_QUERY_SUFFIX)
-                atomic_write(table, lambda f: frame.to_parquet(f, index=False))
+                _write(table, lambda f: frame.to_parquet(f, index=False), result)
                 result = result.with_(per_query_file=table.name)
-            atomic_write(path, result.to_json())
+            try:
+                _write(path, result.to_json(), result)
+            except ResultWriteError:
+                if fresh:  # no table without its result: it would block the name
+                    table.unlink(missing_ok=True)
+                raise
         if result.status.ok:
             finish_clean(self.checkpoint_root)
         return result.with_(path=str(path))
+
+
+def _write(path: Path, data: Any, result: ExperimentResult) -> None:
+    """:func:`atomic_write`, an :class:`OSError` raised as :class:`ResultWriteError`."""
+    try:
+        atomic_write(path, data)
+    except OSError as exc:
+        raise ResultWriteError(path, exc, result) from exc

@@ -123,16 +123,20 @@ def flatten(result: Any) -> dict[str, Any]:
     row["status"] = result.status.state
     row["status_reasons"] = "; ".join(result.status.reasons) or None
     row["error"] = result.status.error
+    # N: the support pairs drawn; a run that failed before drawing them (a dead
+    # server) shows the N it was configured with ('all': every pair), never 0.
+    configured_n = "all" if result.config.n_support is None else result.config.n_support
     if result.dataset is not None:
         d = result.dataset
+        drawn = d.n_support_pairs or result.status.state != "failed"
         row.update(
-            n_support_pairs=d.n_support_pairs,
+            n_support_pairs=d.n_support_pairs if drawn else configured_n,
             n_support_available=d.n_support_available,
             n_test_images=d.n_test_images,
             n_test_texts=d.n_test_texts,
         )
     else:
-        row["n_support_pairs"] = result.config.n_support
+        row["n_support_pairs"] = configured_n
     if result.method is not None:
         row["method_output_dim"] = result.method.output_dim
         row["method_sparse"] = result.method.sparse

@@ -140,3 +140,59 @@ def test_a_run_token_is_taken_over_only_once_its_run_is_over(tmp_path):
     runs.release_run_token(root, taken)
     runs.finish_clean(root)
     assert not root.exists()  # no run left alive: the checkpoints go
+
+
+@pytest.mark.parametrize("damage", ["missing", "torn"])
+def test_skip_existing_runs_again_when_the_per_query_file_is_missing_or_unreadable(
+    tmp_path, caplog, damage
+):
+    """Issue 28, unclear: a clean result whose per-query parquet is gone (or torn) is not
+    done: ``--skip-existing`` runs it again, with one warning naming the file."""
+    first = _run(tmp_path)
+    table = tmp_path / PER_QUERY
+    if damage == "missing":
+        table.unlink()
+    else:  # parquet's magic at both ends, nothing readable between
+        table.write_bytes(b"PAR1" + b"\0" * 64 + b"PAR1")
+    with caplog.at_level(logging.WARNING):
+        res = run_experiment(_config(), output_dir=tmp_path, progress=False, skip_existing=True)
+    assert not res.skipped and res.path == first.path
+    warned = [r.getMessage() for r in caplog.records if PER_QUERY in r.getMessage()]
+    assert len(warned) == 1 and "running again" in warned[0], caplog.text
+    assert "\n" not in warned[0]
+    assert res.per_query_file == PER_QUERY and table.read_bytes()[:4] == b"PAR1"
+    import pandas as pd
+
+    assert len(pd.read_parquet(table)) > 0
+    # Whole again: the next --skip-existing keeps it.
+    kept = run_experiment(_config(), output_dir=tmp_path, progress=False, skip_existing=True)
+    assert kept.skipped
+
+
+def test_a_full_disk_names_the_file_and_keeps_the_finished_result(tmp_path, monkeypatch):
+    """Issue 28, unclear: writing the result fails (ENOSPC): the error names the file it
+    could not write and carries the finished result, whose numbers are still there."""
+    import errno
+    import os
+
+    from imsearch_align.experiment import output
+    from imsearch_align.experiment.output import ResultWriteError
+
+    real = output.atomic_write
+
+    def full(path, data, **kw):
+        if str(path).endswith(".json"):
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        return real(path, data, **kw)
+
+    monkeypatch.setattr(output, "atomic_write", full)
+    with pytest.raises(ResultWriteError) as info:
+        _run(tmp_path)
+    exc = info.value
+    assert isinstance(exc, OSError) and exc.errno == errno.ENOSPC
+    assert str(exc) == f"cannot write the result to {tmp_path / NAME}: No space left on device"
+    assert exc.result.status.ok and exc.result.metrics
+    # Nothing half-written is left: no result, no per-query table without its result;
+    # the checkpoints stay, so running again resumes.
+    assert not (tmp_path / NAME).exists() and not (tmp_path / PER_QUERY).exists()
+    assert list((tmp_path / ".checkpoints").rglob("batch_*.npz"))
