@@ -164,9 +164,7 @@ def test_stores_agree_with_each_other_and_with_an_independent_brute_force(syn_ru
         run = Run.from_arrays(qids, dids[order], top)
         # Judgement measures here; the vector measure (Diversity) has its own oracle
         # tests in tests/framework/test_diversity.py.
-        measures = [
-            m for m in results["exact"].rankings[direction].metrics if not needs_vectors(m)
-        ]
+        measures = [m for m in results["exact"].rankings[direction].metrics if not needs_vectors(m)]
         tie = tie_aware_evaluate(run, ds.qrels(direction, "test"), measures, tol=tol)
         div = [m for m in results["exact"].rankings[direction].metrics if needs_vectors(m)]
         for m in div:  # from the same vectors: every store gives the same value

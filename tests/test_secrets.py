@@ -47,7 +47,9 @@ def test_a_failed_milvus_run_writes_no_password_anywhere(tmp_path, capsys):
     main(argv)
     assert any(out.glob("*.json")), "the failed run wrote no result"
     board = tmp_path / "board"
-    rc = main(["build", str(out), "--output", str(board / "b.csv"), "--markdown", str(board / "b.md")])
+    rc = main(
+        ["build", str(out), "--output", str(board / "b.csv"), "--markdown", str(board / "b.md")]
+    )
     assert rc == 0
     printed = capsys.readouterr()
     assert PW not in printed.out and PW not in printed.err

@@ -80,7 +80,9 @@ def collect(out_dir: Path) -> dict:
 
 def run_study(tmp: Path) -> dict:
     """Run the study into ``tmp`` and collect its numbers."""
-    spec = importlib.util.spec_from_file_location("flickr_golden", ROOT / "benchmarks" / "flickr.py")
+    spec = importlib.util.spec_from_file_location(
+        "flickr_golden", ROOT / "benchmarks" / "flickr.py"
+    )
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     out = tmp / "out"
