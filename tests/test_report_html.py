@@ -146,6 +146,43 @@ def test_a_section_without_its_kind_of_result_is_one_note(tmp_path, results_dir)
     assert "no experiment results" in html and html.count('<figure class="chart"') == 2
 
 
+def test_a_folder_of_study_cells_has_a_leaderboard_of_them(tmp_path, page):
+    cells = _scale_cells()
+    cells[1]["status"] = {"state": "degraded", "reasons": ["<b>2 of 9</b> queries lost"]}
+    cells[2]["method"] = "<script>alert(1)</script>"
+    cells[2]["exact_metrics"] = {"t2i/HitRate@10": 0.61}
+    cells.append(_cell("collection_scale", index={"type": "IVF_FLAT", "params": {"nlist": 4}},
+                       status={"state": "failed", "error": f"lost {SECRET_URI}"}))  # fmt: skip
+    for i, cell in enumerate(cells + _production_cells()[:1]):
+        (tmp_path / f"c{i}.json").write_text(json.dumps(cell))
+    html = build_page(collect(tmp_path))
+    board = html.split('<section id="leaderboard">')[1].split("</section>")[0]
+    assert '<p class="note">' not in board and board.count('<table class="board study">') == 1
+    body = board.split("<tbody>")[1].split("</tbody>")[0]
+    assert body.count("<tr>") == len(cells)  # a row per collection_scale cell, none for the rest
+    assert body.count('class="st-ok"') == len(cells) - 2
+    assert 'class="st-degraded"' in body and 'class="st-failed"' in body
+    assert "&lt;b&gt;2 of 9&lt;/b&gt; queries lost" in body and "<b>2 of 9" not in html
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in body and "<script>alert" not in html
+    assert "s3cret" not in html and "alice" not in html and "lost http://db.example:19530" in body
+    # Sorted by method, store, size, then quality best first; the failed cell last.
+    rows = [re.findall(r"<td[^>]*>(.*?)</td>", r) for r in body.split("</tr>")[:-1]]
+    csa = [r for r in rows if r[0] == "csa"]
+    assert [r[5] for r in csa] == ["10,000"] * 2 + ["100,000"] * 3 + ["-"]
+    assert [r[6] for r in csa] == ["<strong>0.600</strong>", "0.558",
+                                   "<strong>0.540</strong>", "0.539", "0.502", "-"]  # fmt: skip
+    assert csa[-1][-1].startswith("failed: ") and csa[0][-1] == "ok"
+    assert ["0.610" in r for r in rows].count(True) == 1  # the recorded exact quality
+    assert "efSearch=16" not in body and "ef=16" in body and "nlist=4" in body
+    prov = html.split('<section id="provenance">')[1].split("</section>")[0]
+    assert "c0.json" in prov
+    # Beside experiment results, the cells' table follows the results' leaderboard.
+    assert "Collection-scale study cells" not in html
+    board = page.split('<section id="leaderboard">')[1].split("</section>")[0]
+    assert board.index('<table class="board">') < board.index("<h3>Collection-scale study cells")
+    assert board.split('<table class="board study">')[1].count("<tr>") == 1 + len(_scale_cells())
+
+
 def test_a_folder_with_no_result_is_a_clear_error(tmp_path, capsys):
     (tmp_path / "x.json").write_text('{"a": 1}')
     with pytest.raises(ReportError, match="no result for the report"):

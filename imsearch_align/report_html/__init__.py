@@ -17,7 +17,8 @@ scale, concurrency, filtered search) besides experiment results;
 :mod:`.collect` finds both in a folder; :mod:`.commands` writes the command
 line of a recorded config; :mod:`.svg` draws charts; :mod:`.quality`,
 :mod:`.learning` and :mod:`.production` make the figures; :mod:`.sections`
-renders the tables and figures as HTML; :mod:`.page` assembles the page.
+renders the tables and figures as HTML; :mod:`.study_board` tables the
+collection-scale cells for the leaderboard; :mod:`.page` assembles the page.
 """
 
 from __future__ import annotations

@@ -17,7 +17,9 @@ Every kind:
 * ``collection.size``: the items searched (test items plus distractors).
 * ``metrics``: quality by flat name, as :attr:`ExperimentResult.metrics`
   spells them (``t2i/HitRate@10``, ``t2i/nDCG@10``, ``t2i/ann_recall@10``;
-  the direction prefix may be left out).
+  the direction prefix may be left out); ``exact_metrics``, optional: the
+  same measures of exact search over the same collection (the ceiling the
+  approximate index is held against).
 * ``queries_per_s`` (float); ``latency_ms.p50`` / ``.p95`` / ``.p99``.
 * ``status``: ``{"state": "ok"|"degraded"|"failed", "reasons": [...],
   "error": ...}`` (default ok); ``provenance``: as a result's;
@@ -70,6 +72,7 @@ class StudyCell:
     search_params: dict[str, Any] = field(default_factory=dict)
     collection_size: int | None = None
     metrics: dict[str, float] = field(default_factory=dict)
+    exact_metrics: dict[str, float] = field(default_factory=dict)
     queries_per_s: float | None = None
     latency_ms: dict[str, float] = field(default_factory=dict)
     concurrency: int | None = None
@@ -125,16 +128,16 @@ def _mapping(d: Mapping[str, Any], dotted: str) -> dict[str, Any]:
     return dict(v)
 
 
-def _metrics(d: Mapping[str, Any], *, required: bool) -> dict[str, float]:
-    raw = _mapping(d, "metrics")
+def _metrics(d: Mapping[str, Any], *, required: bool, key: str = "metrics") -> dict[str, float]:
+    raw = _mapping(d, key)
     out = {}
     for k, v in raw.items():
         if isinstance(v, bool) or not isinstance(v, int | float):
-            raise CellError(f"metrics[{k!r}] must be a number, got {v!r}")
+            raise CellError(f"{key}[{k!r}] must be a number, got {v!r}")
         if not math.isnan(float(v)):
             out[str(k)] = float(v)
     if required and not out:
-        raise CellError("field 'metrics' holds no measured value")
+        raise CellError(f"field {key!r} holds no measured value")
     return out
 
 
@@ -186,6 +189,7 @@ def read_cell(data: Mapping[str, Any], path: str = "") -> StudyCell:
         search_params=_mapping(data, "index.search_params"),
         collection_size=None if size is None else int(size),
         metrics=_metrics(data, required=need and kind != "concurrency"),
+        exact_metrics=_metrics(data, required=False, key="exact_metrics"),
         queries_per_s=qps,
         latency_ms=latency,
         concurrency=None if clients is None else int(clients),

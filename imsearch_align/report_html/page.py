@@ -30,6 +30,7 @@ from imsearch_align.report_html.sections import (
     note_html,
     provenance_html,
 )
+from imsearch_align.report_html.study_board import study_board_html
 from imsearch_align.report_html.svg import Figure
 
 __all__ = ["build_page", "write_report"]
@@ -66,7 +67,8 @@ _SECTIONS = (
     (
         "leaderboard",
         "Leaderboard",
-        "no experiment results (imsearch-align eval or sweep) in the folder",
+        "no experiment results (imsearch-align eval or sweep) nor collection-scale cells "
+        "in the folder",
     ),
     (
         "quality-vs-qps",
@@ -106,6 +108,16 @@ def _section(sid: str, title: str, body: str) -> str:
     return f'<section id="{sid}">\n<h2>{esc(title)}</h2>\n{body}\n</section>'
 
 
+def _leaderboard(found: Collected, missing: str) -> str:
+    """The experiment results' leaderboard, then the collection-scale cells' table."""
+    study = study_board_html(found.cells)
+    parts = [leaderboard_html(found.results)] if found.results else []
+    if study:
+        title = "Collection-scale study cells"
+        parts.append(f"<h3>{esc(title)}</h3>\n{study}" if parts else study)
+    return "\n".join(parts) if parts else note_html(missing)
+
+
 def _provenance(found: Collected) -> str:
     items = [(r.path or r.key, r.provenance) for r in found.results]
     items += [(c.path, c.provenance) for c in found.cells]
@@ -126,7 +138,7 @@ def build_page(found: Collected, *, command: str | None = None) -> str:
     body, n = [], 0
     for sid, title, missing in _SECTIONS:
         if sid == "leaderboard":
-            content = leaderboard_html(found.results) if found.results else note_html(missing)
+            content = _leaderboard(found, missing)
         elif figures[sid]:
             content = "\n".join(
                 figure_html(f, f"fig-{n + i + 1}") for i, f in enumerate(figures[sid])

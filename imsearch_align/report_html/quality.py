@@ -27,6 +27,7 @@ from imsearch_align.report_html.svg import Chart, Figure, Series
 
 __all__ = [
     "QualityPoint",
+    "ann_recall",
     "pareto_frontier",
     "points_from_cells",
     "points_from_results",
@@ -84,7 +85,8 @@ def quality_metric(keys: Iterable[str], direction: str) -> str | None:
     return rest[0] if rest else None
 
 
-def _ann(metrics: Mapping[str, float], direction: str) -> float | None:
+def ann_recall(metrics: Mapping[str, float], direction: str) -> float | None:
+    """The ANN recall (``ann_recall@k``) of ``direction`` in ``metrics``; None when not measured."""
     keys = [
         k for k in metrics if "ann_recall@" in k and (k.startswith(f"{direction}/") or "/" not in k)
     ]
@@ -143,7 +145,7 @@ def points_from_results(results: Sequence[ExperimentResult]) -> list[QualityPoin
                 metric=metric,
                 exact=r.config.store == "exact" or index.lower() in EXACT_INDEX_TYPES,
                 params=params_text({k: v for k, v in sp.items() if k != "index"}),
-                ann_recall=_ann(r.metrics, d),
+                ann_recall=ann_recall(r.metrics, d),
                 source=r.config.to_dict(),
             )
         )
@@ -167,7 +169,7 @@ def points_from_cells(cells: Sequence[StudyCell]) -> list[QualityPoint]:
                 metric=metric if "/" in metric else f"{c.direction}/{metric}",
                 exact=c.exact,
                 params=params_text(c.search_params),
-                ann_recall=_ann(c.metrics, c.direction),
+                ann_recall=ann_recall(c.metrics, c.direction),
                 source=c.command,
             )
         )

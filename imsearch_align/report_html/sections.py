@@ -1,4 +1,4 @@
-"""The page's parts as HTML: the leaderboard, the provenance, a figure, a note. All text escaped.
+"""The page's parts as HTML: tables, the leaderboard, the provenance, a figure, a note. All escaped.
 
 The leaderboard is :func:`imsearch_align.leaderboard.to_markdown`'s table
 (same rows, order, columns, status and bold best), turned into an HTML
@@ -19,7 +19,15 @@ from imsearch_align.leaderboard import results_frame, to_markdown
 from imsearch_align.report_html.commands import redact
 from imsearch_align.report_html.svg import Figure, legend_items, render, swatch
 
-__all__ = ["esc", "figure_html", "leaderboard_html", "note_html", "provenance_html"]
+__all__ = [
+    "commands_html",
+    "esc",
+    "figure_html",
+    "leaderboard_html",
+    "note_html",
+    "provenance_html",
+    "table_html",
+]
 
 _CELL_SPLIT = re.compile(r"(?<!\\)\|")
 _BOLD = re.compile(r"\*\*(.*)\*\*")
@@ -52,6 +60,28 @@ def _cell_html(text: str, tag: str, right: bool, status: bool) -> str:
     return f"<{tag}{attr}>{body}</{tag}>"
 
 
+def table_html(
+    header: Sequence[str],
+    rows: Sequence[Sequence[str]],
+    right: Sequence[bool],
+    status: Sequence[bool],
+    cls: str = "board",
+) -> str:
+    """An HTML table of cell texts (``**x**`` is bold in a body cell): ``right`` marks the
+    right-aligned (numeric) columns, ``status`` the status column (coloured by its state)."""
+    out = [f'<div class="scroll"><table class="{esc(cls)}">', "<thead><tr>"]
+    out += [_cell_html(h, "th", r, False) for h, r in zip(header, right)]
+    out.append("</tr></thead><tbody>")
+    for cells in rows:
+        out.append(
+            "<tr>"
+            + "".join(_cell_html(c, "td", r, s) for c, r, s in zip(cells, right, status))
+            + "</tr>"
+        )
+    out.append("</tbody></table></div>")
+    return "\n".join(out)
+
+
 def leaderboard_html(results: Sequence[ExperimentResult]) -> str:
     """The leaderboard of ``results`` as an HTML table, with its legend."""
     md = to_markdown(results_frame(results))
@@ -61,19 +91,21 @@ def leaderboard_html(results: Sequence[ExperimentResult]) -> str:
     header, align, rows = _md_cells(table[0]), _md_cells(table[1]), table[2:]
     right = [a.endswith(":") and not a.startswith(":") for a in align]
     status = [h.lower() == "status" for h in header]
-    out = ['<div class="scroll"><table class="board">', "<thead><tr>"]
-    out += [_cell_html(h, "th", r, False) for h, r in zip(header, right)]
-    out.append("</tr></thead><tbody>")
-    for row in rows:
-        cells = _md_cells(row)
-        out.append(
-            "<tr>"
-            + "".join(_cell_html(c, "td", r, s) for c, r, s in zip(cells, right, status))
-            + "</tr>"
-        )
-    out.append("</tbody></table></div>")
+    out = [table_html(header, [_md_cells(row) for row in rows], right, status)]
     out += [f'<p class="legend-text">{esc(t)}</p>' for t in legend]
     return "\n".join(out)
+
+
+def commands_html(cmds: Sequence[str], what: str = "the data") -> str:
+    """A folding block of the command lines that made ``what`` ("" when there are none);
+    open when there are three or fewer."""
+    if not cmds:
+        return ""
+    code = "\n".join(esc(c) for c in cmds)
+    return (
+        f"<details{'' if len(cmds) > 3 else ' open'}><summary>{len(cmds)} command(s) that "
+        f"made {esc(what)}</summary><pre><code>{code}</code></pre></details>"
+    )
 
 
 def _env_row(p: Provenance) -> dict[str, str]:
@@ -127,14 +159,7 @@ def figure_html(fig: Figure, fig_id: str) -> str:
         f"<li>{swatch(c, s, d)}<span>{esc(label)}</span></li>"
         for c, s, d, label in legend_items(fig.chart)
     )
-    cmds = fig.commands
-    code = "\n".join(esc(c) for c in cmds)
-    cmd_block = (
-        f"<details{'' if len(cmds) > 3 else ' open'}><summary>{len(cmds)} command(s) that "
-        f"made the data</summary><pre><code>{code}</code></pre></details>"
-        if cmds
-        else ""
-    )
+    cmd_block = commands_html(fig.commands)
     notes = "".join(f"<li>{esc(n)}</li>" for n in fig.notes)
     return (
         f'<figure class="chart" id="{esc(fig_id)}">\n{render(fig.chart)}\n'
