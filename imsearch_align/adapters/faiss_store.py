@@ -36,7 +36,9 @@ refuses a sparse collection (a result labelled HNSW would be an exact search).
 
 Filtered search (FilteredSearch): the kept rows (attributes are kept in
 faiss row order) go to faiss as an ``IDSelectorBitmap`` in every index
-type's search parameters (:mod:`~imsearch_align.adapters.faiss_index`);
+type's search parameters (:mod:`~imsearch_align.adapters.faiss_index`),
+built once per filter while the collection is unchanged
+(:class:`~imsearch_align.adapters.filterable.KeptRowsCache`);
 HNSW then returns what its beam finds among them (fewer than ``k`` and lower
 recall at a low selectivity); a sparse collection is searched exactly.
 
@@ -348,14 +350,21 @@ class FaissStore(FilterableStore):
             return sparse_search_kept(
                 info.state, queries, k, kept, max_memory_mb=mem, threads=threads
             )
-        sel, _bitmap = row_selector(self._faiss, keep)  # the bitmap lives until we return
+        # built once per filter while the collection is unchanged; the cached pair keeps
+        # the bitmap the selector reads alive (and this call holds it until it returns)
+        sel, _bitmap, n_kept = self._kept_derived(info, filter, "faiss_selector", self._selector)
         try:
-            return self._dense_search(info, queries, k, int(keep.sum()), sel)
+            return self._dense_search(info, queries, k, n_kept, sel)
         except RuntimeError as exc:
             if not self.uses_gpu:
                 raise
             msg = f"FaissStore(index={self.index!r}) on GPU: faiss refused the filter ({exc})"
             raise ValueError(msg + "; use gpu=False for filtered search") from None
+
+    def _selector(self, keep: np.ndarray) -> tuple[Any, np.ndarray, int]:
+        """The ``IDSelectorBitmap`` of the kept rows, its bitmap, and how many rows it keeps."""
+        sel, bitmap = row_selector(self._faiss, keep)
+        return sel, bitmap, int(keep.sum())
 
     def _dense_search(
         self, info: CollectionInfo, queries: Any, k: int, n: int, sel: Any = None
