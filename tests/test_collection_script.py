@@ -5,7 +5,6 @@ sweeps on one build, ``--skip-existing``, and cells the HTML report reads."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import re
 from pathlib import Path
@@ -15,36 +14,20 @@ import pytest
 
 from imsearch_align.collection import cone_vectors
 from imsearch_align.collection.settings import SettingError, auto_nlist, parse_index, resolve
+from imsearch_align.testing.scripts import load_benchmark, write_cone_pairs
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture(scope="module")
 def study():
-    spec = importlib.util.spec_from_file_location(
-        "collection_script", ROOT / "benchmarks" / "collection.py"
-    )
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_benchmark("collection", "collection_script")
 
 
 @pytest.fixture(scope="module")
 def emb(tmp_path_factory) -> Path:
-    """300 images x 24-d and two captions each x 16-d, unit norm, sharing a cone-shaped
-    latent (mean pairwise cosine about 0.4, as a real encoder's)."""
-    d = tmp_path_factory.mktemp("emb")
-    rng = np.random.default_rng(0)
-    z = cone_vectors(300, 12, seed=1).astype(np.float64)
-    X = z @ rng.standard_normal((12, 24)) + 0.05 * rng.standard_normal((300, 24))
-    ti = np.repeat(np.arange(300), 2)
-    Y = z[ti] @ rng.standard_normal((12, 16)) + 0.05 * rng.standard_normal((600, 16))
-    X /= np.linalg.norm(X, axis=1, keepdims=True)
-    Y /= np.linalg.norm(Y, axis=1, keepdims=True)
-    np.save(d / "image.npy", X.astype(np.float32))
-    np.save(d / "text.npy", Y.astype(np.float32))
-    np.save(d / "text_image.npy", ti.astype(np.int64))
-    return d
+    """300 images x 24-d, two captions each x 16-d, unit rows sharing a cone-shaped latent."""
+    return write_cone_pairs(tmp_path_factory.mktemp("emb"), 300)
 
 
 def _argv(emb: Path, out: Path, tmp: Path, *extra: str) -> list[str]:

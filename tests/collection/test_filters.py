@@ -4,7 +4,6 @@ leaves unanswerable, HNSW under a 1% filter, and the study's ``--filters`` cells
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
 
@@ -31,6 +30,7 @@ from imsearch_align.framework.interfaces import Filter
 from imsearch_align.framework.metrics import Qrels, Run
 from imsearch_align.framework.ranking.tie_aware import EXACT_TIE_TOL
 from imsearch_align.framework.ties import tie_aware_evaluate
+from imsearch_align.testing.scripts import load_benchmark, write_cone_pairs
 
 ROOT = Path(__file__).resolve().parents[2]
 MEASURES = ["HitRate@1", "HitRate@10", "nDCG@10"]
@@ -173,29 +173,13 @@ def test_the_unfiltered_truth_is_the_filter_keeping_everything(tied):
 
 @pytest.fixture(scope="module")
 def study():
-    spec = importlib.util.spec_from_file_location(
-        "collection_script_filters", ROOT / "benchmarks" / "collection.py"
-    )
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_benchmark("collection", "collection_script_filters")
 
 
 @pytest.fixture(scope="module")
 def emb(tmp_path_factory) -> Path:
-    """200 images x 24-d, two captions each x 16-d, sharing a cone-shaped latent."""
-    d = tmp_path_factory.mktemp("emb")
-    rng = np.random.default_rng(0)
-    z = cone_vectors(200, 12, seed=1).astype(np.float64)
-    X = z @ rng.standard_normal((12, 24)) + 0.05 * rng.standard_normal((200, 24))
-    ti = np.repeat(np.arange(200), 2)
-    Y = z[ti] @ rng.standard_normal((12, 16)) + 0.05 * rng.standard_normal((400, 16))
-    X /= np.linalg.norm(X, axis=1, keepdims=True)
-    Y /= np.linalg.norm(Y, axis=1, keepdims=True)
-    np.save(d / "image.npy", X.astype(np.float32))
-    np.save(d / "text.npy", Y.astype(np.float32))
-    np.save(d / "text_image.npy", ti.astype(np.int64))
-    return d
+    """200 images x 24-d, two captions each x 16-d, unit rows sharing a cone-shaped latent."""
+    return write_cone_pairs(tmp_path_factory.mktemp("emb"), 200)
 
 
 def _argv(emb: Path, out: Path, tmp: Path, *extra: str) -> list[str]:
