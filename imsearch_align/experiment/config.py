@@ -103,7 +103,8 @@ def _field(default: Any, **flag: Any) -> Any:
     """A config field: ``default`` (``{}``: a fresh dict per config) and its :class:`Flag`."""
     meta = {"flag": Flag(**flag)}
     if isinstance(default, dict):
-        assert not default, "a mapping field defaults to an empty mapping"
+        if default:
+            raise TypeError(f"a mapping config field defaults to an empty mapping, got {default!r}")
         return field(default_factory=dict, metadata=meta)
     return field(default=default, metadata=meta)
 

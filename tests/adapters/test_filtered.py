@@ -103,7 +103,7 @@ def test_sparse_filtered_search_of_exact_and_faiss_flat():
             ref_store.insert("s", sp.csr_matrix(x[keep]), ids[keep])
             ref = ref_store.search("s", q, 10)
         np.testing.assert_array_equal(got.ids, ref.ids)
-        np.testing.assert_array_equal(got.scores, ref.scores)
+        np.testing.assert_allclose(got.scores, ref.scores, rtol=1e-6, atol=1e-7)
 
 
 class _Plain(BaseStore):
