@@ -13,8 +13,9 @@ i2t`` the other way), store, index setting and distractor count (``--sizes``,
 default 0 100000 1000000), one row: HitRate@1/5/10 and nDCG@10 (tie-aware,
 exact vs approximate), ANN recall@10 against the exact truth, batched
 queries/s, single-query latency p50/p95/p99, insert rows/s, build and load
-seconds, the store's memory (server RSS for a server, this process's RSS
-growth in-process) and disk. Every method has its own collections (the
+seconds (FAISS's IVF training counted as build), the store's memory (the
+bytes a FAISS index holds; server RSS for a server; this process's RSS
+growth for another in-process store) and disk. Every method has its own collections (the
 distractors are aligned by it).
 
 ``--distractors``: a count of synthetic rows (a mixture fitted to the
@@ -27,9 +28,15 @@ build; ``max_size=N`` leaves a setting out above N distractors.
 
 ``--filters 0.5 0.1 0.01``: every item carries a ``category`` attribute of
 known selectivity (relevant items in the kept categories) and each built
-index is also searched under a filter keeping that share of the collection
-(:mod:`imsearch_align.collection.filtered_study`): one ``kind: filtered``
-cell per selectivity, with ANN recall against the exact filtered truth.
+index, set to its deployable search setting (the fastest with ANN recall@10
+>= 0.9, else the most accurate), is also searched under a filter keeping
+that share of the collection (:mod:`imsearch_align.collection.filtered_study`):
+one ``kind: filtered`` cell per selectivity, with ANN recall against the
+exact filtered truth. ``--concurrency 1 2 4 8 16``: on the same setting of
+each build of the largest collection, that many clients send single queries
+for ``--concurrency-duration`` seconds (threads in-process, processes for a
+server; :mod:`imsearch_align.collection.extras`): one ``kind: concurrency``
+cell per level, with the saturation point printed.
 
 Writes into ``--out``: one JSON per cell (``kind: collection_scale``, read by
 ``imsearch-align report``), ``collection.csv``, ``leaderboard.md`` and the
@@ -64,12 +71,12 @@ FULL_SIZES = (0, 100_000, 1_000_000)
 QUICK_SIZES = (0, 20_000)
 DEFAULT_INDEX = {
     "faiss": (
-        "faiss:flat",
+        "faiss:flat:max_size=100000",
         "faiss:ivf_flat:nprobe=1,4,16,64",
         "faiss:hnsw:M=16,efConstruction=100,efSearch=16,32,64,128,max_size=100000",
     ),
     "milvus": (
-        "milvus:FLAT",
+        "milvus:FLAT:max_size=100000",
         "milvus:IVF_FLAT:nprobe=1,4,16,64",
         "milvus:HNSW:M=16,efConstruction=100,ef=16,32,64,128,max_size=100000",
     ),
@@ -117,6 +124,14 @@ def build_parser() -> argparse.ArgumentParser:
         "--filters", nargs="+", type=float, metavar="SHARE",
         help="filtered search keeping these shares of the collection (e.g. 0.5 0.1 0.01)",
     )  # fmt: skip
+    ap.add_argument(
+        "--concurrency", nargs="+", type=int, metavar="CLIENTS",
+        help="concurrent single-query clients on each largest-size build (e.g. 1 2 4 8 16)",
+    )  # fmt: skip
+    ap.add_argument(
+        "--concurrency-duration", type=float, default=5.0, metavar="S",
+        help="measured seconds per concurrency level (default 5)",
+    )  # fmt: skip
     ap.add_argument("--batch", type=int, default=100, help="queries per batched search call")
     ap.add_argument("--latency-queries", type=int, help="single queries timed (1000; --quick 100)")
     ap.add_argument("--block-rows", type=int, default=8192, help="rows per inserted block")
@@ -161,6 +176,17 @@ def _check_args(args: argparse.Namespace) -> None:
     for store in args.stores:
         if store not in STORES:
             raise UsageError(f"--stores: unknown store {store!r}; choose from {', '.join(STORES)}")
+    if args.concurrency:
+        from imsearch_align.concurrency.limits import check_levels
+
+        try:
+            check_levels(args.concurrency)
+        except (TypeError, ValueError) as exc:
+            raise UsageError(f"--concurrency: {exc}") from None
+    if not args.concurrency_duration > 0:
+        raise UsageError(
+            f"--concurrency-duration must be > 0 seconds, got {args.concurrency_duration}"
+        )
     if "milvus" in args.stores and not args.uri:
         raise UsageError("--stores milvus needs --uri http://HOST:PORT (a running Milvus server)")
     if args.uri and "milvus" not in args.stores:
@@ -260,9 +286,10 @@ def main(argv: list[str] | None = None) -> int:
     out.mkdir(parents=True, exist_ok=True)
     cells: list[dict[str, Any]] = []
     filtered: list[dict[str, Any]] = []
+    extra: dict[str, Any] = {"concurrency": [], "seconds": {}}
     t0 = time.perf_counter()
     try:
-        _run(args, base, study, settings, sources, sizes, cells, argv, filtered)
+        _run(args, base, study, settings, sources, sizes, cells, argv, filtered, extra)
     except KeyboardInterrupt:
         shutil.rmtree(out / ".stores", ignore_errors=True)
         print(
@@ -273,10 +300,14 @@ def main(argv: list[str] | None = None) -> int:
         return 130
     shutil.rmtree(out / ".stores", ignore_errors=True)  # Milvus Lite / Qdrant local data
     _finish(cells, args, out, t0)
-    if filtered:
-        bad = sum(1 for c in filtered if (c.get("status") or {}).get("state") != "ok")
-        print(f"filtered:    {len(filtered) - bad}/{len(filtered)} cells ok (kind 'filtered')")
-    return 0 if all((c.get("status") or {}).get("state") == "ok" for c in cells + filtered) else 1
+    secs = extra["seconds"]
+    for kind, found in (("filtered", filtered), ("concurrency", extra["concurrency"])):
+        if found:
+            bad = sum(1 for c in found if (c.get("status") or {}).get("state") != "ok")
+            print(f"{kind + ':':<12} {len(found) - bad}/{len(found)} cells ok (kind {kind!r}), "
+                  f"measured in {secs.get(kind, 0.0):.0f} s")  # fmt: skip
+    done = cells + filtered + extra["concurrency"]
+    return 0 if all((c.get("status") or {}).get("state") == "ok" for c in done) else 1
 
 
 def _sources(args: argparse.Namespace, base: Any, study: Any) -> tuple[dict[str, Any], list[int]]:
@@ -305,9 +336,10 @@ def _sources(args: argparse.Namespace, base: Any, study: Any) -> tuple[dict[str,
     return sources, sorted(sizes)
 
 
-def _run(args, base, study, settings, sources, sizes, cells, argv, filtered) -> None:
+def _run(args, base, study, settings, sources, sizes, cells, argv, filtered, extra) -> None:
     """Every cell: direction x method x support size x distractor count x setting."""
     from imsearch_align.collection import CollectionBlocks, exact_truth
+    from imsearch_align.collection.extras import ConcurrencyPlan
     from imsearch_align.collection.filtered_study import FilterPlan
     from imsearch_align.collection.prepare import prepare
     from imsearch_align.collection.study import CellBase, CellRunner
@@ -321,8 +353,15 @@ def _run(args, base, study, settings, sources, sizes, cells, argv, filtered) -> 
         skip_existing=args.skip_existing,
         seed=args.seed,
         filters=FilterPlan(tuple(args.filters), seed=args.seed) if args.filters else None,
+        concurrency=ConcurrencyPlan(
+            tuple(args.concurrency), args.concurrency_duration, at_distractors=max(sizes)
+        )
+        if args.concurrency
+        else None,
     )
-    runner.filtered_cells = filtered  # the caller's list: kept when interrupted
+    runner.filtered_cells = filtered  # the caller's lists: kept when interrupted
+    runner.concurrency_cells = extra["concurrency"]
+    extra["seconds"] = runner.seconds
     command = ["python", "benchmarks/collection.py", *(sys.argv[1:] if argv is None else argv)]
     down: set[str] = set()
     for direction in args.directions:

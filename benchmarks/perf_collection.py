@@ -12,8 +12,10 @@
    :func:`~imsearch_align.collection.measure.search_batched`: batches of 100)
    and through the library alone (``faiss`` ``train`` / ``add`` / ``search``
    with the same parameters; ``pymilvus.MilvusClient`` insert / flush /
-   load / search on Milvus Lite, when installed). Search is the best of
-   three interleaved rounds; the ratio is harness time / plain time.
+   load / ``count(*)`` / search on Milvus Lite, when installed: the plain
+   path makes the same "every row is searchable" check the study makes).
+   Milvus insert is the best of two interleaved rounds, search the best of
+   three; the ratio is harness time / plain time.
 3. The section's peak RSS (the harness holds one block, the queries and the truth).
 
 Run: ``.venv/bin/python benchmarks/perf_collection.py [--quick]``.
@@ -107,46 +109,57 @@ def _faiss_case(index: str, X: np.ndarray, Q: np.ndarray, p: dict[str, int]) -> 
     }
 
 
-def _milvus_plain(path: str, X: np.ndarray, Q: np.ndarray) -> tuple[float, Any, Any]:
-    """Plain pymilvus on Milvus Lite: the same schema, FLAT / IP, insert, flush, load."""
-    from pymilvus import DataType, MilvusClient
+def _milvus_plain(client: Any, name: str, X: np.ndarray) -> float:
+    """Plain pymilvus on Milvus Lite, as a careful user loads a collection: the same schema,
+    FLAT / IP, insert, flush, load, and a Strong ``count(*)`` that every row is there
+    (the study's readiness check); the seconds from the first insert."""
+    from pymilvus import DataType
 
-    client = MilvusClient(path)
     schema = client.create_schema(auto_id=False)
     schema.add_field("id", DataType.INT64, is_primary=True)
     schema.add_field("vector", DataType.FLOAT_VECTOR, dim=DIM)
     index = client.prepare_index_params()
     index.add_index("vector", index_type="FLAT", metric_type="IP")
-    client.create_collection("plain", schema=schema, index_params=index)
+    client.create_collection(name, schema=schema, index_params=index)
     t = time.perf_counter()
     for ids, block in _blocks(X):
-        client.insert("plain", [{"id": int(i), "vector": v} for i, v in zip(ids, block.tolist())])
-    client.flush("plain")
-    client.load_collection("plain")
-    insert_s = time.perf_counter() - t
-
-    def search() -> None:
-        for s in range(0, len(Q), BATCH):
-            client.search("plain", Q[s : s + BATCH].tolist(), limit=K,
-                          search_params={"metric_type": "IP"}, consistency_level="Bounded")  # fmt: skip
-
-    return insert_s, search, client
+        client.insert(name, [{"id": int(i), "vector": v} for i, v in zip(ids, block.tolist())])
+    client.flush(name)
+    client.load_collection(name)
+    (row,) = client.query(name, output_fields=["count(*)"], consistency_level="Strong")
+    assert row["count(*)"] == len(X), row
+    return time.perf_counter() - t
 
 
 def _milvus_case(X: np.ndarray, Q: np.ndarray, tmp: Path) -> dict[str, float]:
+    """Two interleaved rounds of insert (best of each) on fresh collections, then search."""
+    from pymilvus import MilvusClient
+
     from imsearch_align.adapters.milvus import MilvusStore
 
-    plain_insert, plain_search, client = _milvus_plain(str(tmp / "plain.db"), X, Q)
+    client = MilvusClient(str(tmp / "plain.db"))
     store = MilvusStore(str(tmp / "harness.db"), index="FLAT", check_duplicates=False)
-    t = time.perf_counter()
-    insert_collection(store, "perf", _blocks(X), DIM)
-    harness_insert = time.perf_counter() - t
+    plain_insert = harness_insert = float("inf")
+    for r in range(2):
+        plain_insert = min(plain_insert, _milvus_plain(client, f"plain{r}", X))
+        t = time.perf_counter()
+        insert_collection(store, f"perf{r}", _blocks(X), DIM)
+        harness_insert = min(harness_insert, time.perf_counter() - t)
+        if r == 0:
+            client.drop_collection("plain0")
+            store.drop_collection("perf0")
+
+    def plain_search() -> None:
+        for s in range(0, len(Q), BATCH):
+            client.search("plain1", Q[s : s + BATCH].tolist(), limit=K,
+                          search_params={"metric_type": "IP"}, consistency_level="Bounded")  # fmt: skip
+
     plain_search()
     t_plain, t_harness = float("inf"), float("inf")
     for _ in range(3):
         t_plain = min(t_plain, _best(plain_search, 1))
-        t_harness = min(t_harness, _best(lambda: search_batched(store, "perf", Q, K, BATCH), 1))
-    store.drop_collection("perf")
+        t_harness = min(t_harness, _best(lambda: search_batched(store, "perf1", Q, K, BATCH), 1))
+    store.drop_collection("perf1")
     store.close()
     client.close()
     return {

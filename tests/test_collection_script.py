@@ -171,3 +171,96 @@ def test_milvus_lite_joins_the_study(study, emb, tmp_path, capsys):
         assert c["metrics"]["t2i/ann_recall@10"] == 1.0
         for m in ("t2i/HitRate@10", "t2i/nDCG@10"):
             assert c["metrics"][m] == pytest.approx(flat[size]["metrics"][m], abs=1e-9)
+
+
+def _deployable(cells: list[dict]) -> dict:
+    """The published rule, written out: the fastest with recall@10 >= 0.9, else the best."""
+    good = [c for c in cells if c["ann_recall"]["mean"] >= 0.9]
+    if good:
+        return max(good, key=lambda c: c["queries_per_s"])
+    return max(cells, key=lambda c: (c["ann_recall"]["mean"], c["queries_per_s"]))
+
+
+def test_filters_and_concurrency_measure_each_builds_deployable_setting(
+    study, emb, tmp_path, capsys
+):
+    """--filters and --concurrency run once per build, on its deployable search setting
+    (concurrency on the largest collection only): every query sent is answered, and a
+    rerun with --skip-existing reuses every cell without building."""
+    out = tmp_path / "out"
+    argv = _argv(emb, out, tmp_path, "--methods", "procrustes", "--sizes", "0", "1500",
+                 "--index", "faiss:ivf_flat:nprobe=1,4,40", "--filters", "0.5",
+                 "--concurrency", "1", "2", "--concurrency-duration", "0.3")  # fmt: skip
+    assert study.main(argv) == 0
+    text = capsys.readouterr()
+    assert "filtered:    2/2 cells ok" in text.out and "concurrency: 2/2 cells ok" in text.out
+    every = [json.loads(p.read_text()) for p in out.glob("*.json")]
+    plain = [c for c in every if c["kind"] == "collection_scale"]
+    assert len(plain) == 5  # nprobe 1, 2 (nlist 2 at 90 items); 1, 4, 40 (nlist 40 at 1,590)
+    filtered = [json.loads(p.read_text()) for p in out.glob("filtered-*.json")]
+    conc = [json.loads(p.read_text()) for p in out.glob("concurrency-*.json")]
+    for size in (90, 1590):
+        mine = [c for c in plain if c["collection"]["size"] == size]
+        want = _deployable(mine)["index"]["search_params"]
+        (f,) = [c for c in filtered if c["collection"]["size"] == size]
+        assert f["index"]["search_params"] == want
+    big = _deployable([c for c in plain if c["collection"]["size"] == 1590])
+    assert sorted(c["concurrency"] for c in conc) == [1, 2]
+    for c in conc:
+        assert c["collection"]["size"] == 1590 and c["status"]["state"] == "ok"
+        assert c["index"]["search_params"] == big["index"]["search_params"]
+        run = c["run"]
+        assert run["sent"] == run["answered"] + run["failed"] and run["failed"] == 0
+        assert run["answered"] > 0 and c["queries_per_s"] > 0
+        assert 0 <= c["metrics"]["t2i/HitRate@10"] <= 1
+    stamps = {p: p.stat().st_mtime_ns for p in out.glob("*.json")}
+    assert study.main([*argv, "--skip-existing"]) == 0
+    err = capsys.readouterr().err
+    assert "deployable setting" not in err and err.count("reused") == 5
+    assert {p: p.stat().st_mtime_ns for p in out.glob("*.json")} == stamps
+
+
+def test_the_deployable_setting_rule():
+    from imsearch_align.collection.extras import deploy_index
+
+    def cell(recall, qps, state="ok"):
+        return {"ann_recall": {"mean": recall}, "queries_per_s": qps, "status": {"state": state}}
+
+    assert deploy_index([cell(0.5, 900), cell(0.92, 400), cell(0.99, 100)]) == 1
+    assert deploy_index([cell(0.5, 900), cell(0.8, 400), None]) == 1  # none reaches 0.9
+    assert deploy_index([cell(0.95, 100), cell(0.99, 500, "failed")]) == 0
+    assert deploy_index([None, cell(0.99, 5, "failed")]) is None
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        (["--concurrency", "0"], r"--concurrency: "),
+        (["--concurrency", "2", "--concurrency-duration", "0"], r"--concurrency-duration must"),
+    ],
+)
+def test_bad_concurrency_is_one_line_before_any_work(study, emb, tmp_path, capsys, extra, message):
+    out = tmp_path / "out"
+    assert study.main(_argv(emb, out, tmp_path, "--methods", "procrustes", *extra)) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and re.search(message, err) and err.count("\n") == 1
+    assert not out.exists()
+
+
+def test_concurrency_against_a_server_runs_client_processes(
+    study, emb, tmp_path, capsys, milvus_lite_server
+):
+    """--stores milvus at a server URI: each concurrency level's clients are processes,
+    each with its own client on the server; every query sent is answered."""
+    out = tmp_path / "out"
+    argv = _argv(emb, out, tmp_path, "--methods", "procrustes", "--sizes", "300",
+                 "--stores", "milvus", "--uri", milvus_lite_server.uri,
+                 "--index", "milvus:FLAT", "--concurrency", "1", "2",
+                 "--concurrency-duration", "0.5")  # fmt: skip
+    assert study.main(argv) == 0, capsys.readouterr().err
+    assert "(processes)" in capsys.readouterr().err
+    conc = [json.loads(p.read_text()) for p in out.glob("concurrency-*.json")]
+    assert sorted(c["concurrency"] for c in conc) == [1, 2]
+    for c in conc:
+        assert c["run"]["mode"] == "processes" and c["run"]["failed"] == 0
+        assert c["run"]["sent"] == c["run"]["answered"] > 0

@@ -37,6 +37,15 @@ Filtered search: :func:`row_selector` turns a mask over an index's rows
 to every index type through its search parameters (``SearchParameters``,
 ``SearchParametersIVF`` with ``nprobe``, ``SearchParametersHNSW`` with
 ``efSearch``): faiss skips the rows it does not keep while it searches.
+
+Memory: :func:`index_nbytes` counts the bytes a CPU index holds from its own
+structures (vectors or codes, ids of the inverted lists, the coarse
+centroids, the quantizer tables, the HNSW graph), without copying it; it
+agrees with ``len(faiss.serialize_index(index))`` within a few KB (the
+serialized header and small tables).
+:func:`spec_nbytes` is the same count from a spec, a dimension and a row
+count, for an index faiss keeps on the GPU (whose structures are not
+readable from Python).
 """
 
 from __future__ import annotations
@@ -61,11 +70,13 @@ __all__ = [
     "IndexSpec",
     "check_search_params",
     "check_train_rows",
+    "index_nbytes",
     "make_spec",
     "new_index",
     "pq_subquantizers",
     "row_selector",
     "search_parameters",
+    "spec_nbytes",
     "training_sample",
 ]
 
@@ -331,3 +342,65 @@ def search_parameters(
         probe = min(nprobe or effective["nprobe"], nlist)
         return {"params": faiss.SearchParametersIVF(nprobe=probe, **extra)}
     return {"params": faiss.SearchParameters(**extra)} if extra else {}
+
+
+def _hnsw_graph_nbytes(hnsw: Any) -> int:
+    """Bytes of an HNSW graph: neighbors (int32), levels (int32 a row), offsets (uint64)."""
+    return 4 * hnsw.neighbors.size() + 4 * hnsw.levels.size() + 8 * hnsw.offsets.size()
+
+
+def index_nbytes(faiss: Any, index: Any) -> int | None:
+    """Bytes a CPU faiss ``index`` holds, read from its own structures (nothing copied).
+
+    ``IndexFlat``: ``ntotal * d * 4``. ``IndexHNSWFlat``: its flat storage and
+    the graph (:func:`_hnsw_graph_nbytes`). IVF: ``ntotal * (code_size + 8)``
+    (each list's codes and int64 ids), the coarse quantizer (``nlist * d * 4``)
+    and the scalar quantizer's trained ranges or the PQ codebooks (and PQ
+    precomputed tables when built). ``IndexIDMap``: the wrapped index and its
+    ids. ``None`` for an index of another kind (a GPU index).
+    """
+    idx = faiss.downcast_index(index)
+    if isinstance(idx, faiss.IndexIDMap):
+        inner = index_nbytes(faiss, idx.index)
+        return None if inner is None else inner + 8 * idx.ntotal
+    if isinstance(idx, faiss.IndexFlat):
+        return 4 * idx.ntotal * idx.d
+    if isinstance(idx, faiss.IndexHNSW):
+        storage = index_nbytes(faiss, idx.storage)
+        return None if storage is None else storage + _hnsw_graph_nbytes(idx.hnsw)
+    if isinstance(idx, faiss.IndexIVF):
+        coarse = index_nbytes(faiss, idx.quantizer)
+        if coarse is None:
+            return None
+        tables = 0
+        if isinstance(idx, faiss.IndexIVFScalarQuantizer):
+            tables = 4 * idx.sq.trained.size()
+        elif isinstance(idx, faiss.IndexIVFPQ):
+            tables = 4 * (idx.pq.centroids.size() + idx.precomputed_table.size())
+        return idx.ntotal * (idx.code_size + 8) + coarse + tables
+    return None
+
+
+def spec_nbytes(spec: IndexSpec, dim: int, ntotal: int) -> int | None:
+    """Bytes the structures of ``spec``'s index hold for ``ntotal`` rows of ``dim``, by formula.
+
+    Vectors or codes per row (``flat`` / ``ivf_flat``: ``4 * dim``; ``ivf_sq8``:
+    ``dim``; ``ivf_pq``: ``ceil(m * nbits / 8)``), plus for IVF the int64 ids
+    per row, the ``nlist * dim * 4`` centroids and the SQ ranges / PQ
+    codebooks: what :func:`index_nbytes` reads off a CPU index, for an index
+    on the GPU. ``None`` for ``hnsw`` (faiss has no GPU HNSW; its graph's
+    size is known only once built).
+    """
+    if spec.index == "flat":
+        return 4 * dim * ntotal
+    if spec.index == "hnsw":
+        return None
+    nlist = spec.build["nlist"]
+    if spec.index == "ivf_flat":
+        code, tables = 4 * dim, 0
+    elif spec.index == "ivf_sq8":
+        code, tables = dim, 4 * 2 * dim
+    else:
+        m, nbits = pq_subquantizers(spec, dim), spec.build["nbits"]
+        code, tables = (m * nbits + 7) // 8, 4 * (2**nbits) * dim
+    return ntotal * (code + 8) + 4 * nlist * dim + tables

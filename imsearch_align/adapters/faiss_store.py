@@ -12,7 +12,9 @@ train is refused, naming both numbers. Search-time
 parameters (``efSearch``, ``nprobe``) go to faiss with each search call, so
 a sweep over them (:meth:`FaissStore.set_search_params`, the
 :class:`~imsearch_align.framework.interfaces.TunableSearch` capability)
-never rebuilds.
+never rebuilds. Costs a study reads: :meth:`FaissStore.train_seconds` (the
+k-means time spent inside an insert) and :meth:`FaissStore.index_bytes` (the
+bytes an index holds, counted from its structures).
 
 Ids: faiss stores rows at positions ``0..n-1``; the store keeps the caller's
 int64 ids in a translation array (``CollectionInfo.ids``) and maps results
@@ -52,6 +54,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -63,11 +66,13 @@ from imsearch_align.adapters.faiss_index import (
     IndexSpec,
     check_search_params,
     check_train_rows,
+    index_nbytes,
     make_spec,
     new_index,
     pq_subquantizers,
     row_selector,
     search_parameters,
+    spec_nbytes,
     training_sample,
 )
 from imsearch_align.adapters.filterable import FilterableStore, sparse_search_kept
@@ -103,6 +108,7 @@ class _Dense:
     pending: list[np.ndarray] = field(default_factory=list)
     n_pending: int = 0
     builds: int = 0
+    train_s: float = 0.0
     search: dict[str, int] = field(default_factory=dict)
 
 
@@ -255,6 +261,33 @@ class FaissStore(FilterableStore):
         info = self._get(name)
         return 0 if info.sparse else info.state.builds
 
+    def train_seconds(self, name: str) -> float:
+        """Seconds collection ``name``'s index spent in FAISS ``train`` (the IVF k-means),
+        summed over its builds; 0.0 when nothing was trained (flat, hnsw, sparse, unbuilt).
+
+        The training runs inside the insert that builds the index, so a caller
+        timing inserts can move these seconds to build time.
+        """
+        info = self._get(name)
+        return 0.0 if info.sparse else info.state.train_s
+
+    def index_bytes(self, name: str) -> int | None:
+        """Bytes collection ``name``'s FAISS index holds, counted from its structures.
+
+        :func:`~imsearch_align.adapters.faiss_index.index_nbytes` (vectors or
+        codes, list ids, centroids, quantizer tables, HNSW graph; nothing
+        copied); an index on the GPU by
+        :func:`~imsearch_align.adapters.faiss_index.spec_nbytes`. ``None``
+        for a sparse collection or one whose index is not built yet.
+        """
+        info = self._get(name)
+        if info.sparse or info.state.index is None:
+            return None
+        idx = info.state.index
+        if self.uses_gpu and self.index != "hnsw":
+            return spec_nbytes(self._spec, info.dim, int(idx.ntotal))
+        return index_nbytes(self._faiss, idx)
+
     def _effective(self, st: _Dense) -> dict[str, int]:
         out = {"efSearch": self.efSearch} if self.index == "hnsw" else {}
         if self._spec.ivf:
@@ -281,7 +314,11 @@ class FaissStore(FilterableStore):
             log.warning(msg + " at least %d)", spec.centroids, info.name, n, want)
         idx = self._to_device(new_index(self._faiss, spec, info.dim))
         if spec.ivf:
-            idx.train(training_sample(st.pending, spec.train_rows))
+            sample = training_sample(st.pending, spec.train_rows)
+            t = time.perf_counter()
+            idx.train(sample)
+            st.train_s += time.perf_counter() - t
+            del sample
         while st.pending:
             idx.add(st.pending.pop(0))  # each block freed once added
         st.index, st.n_pending = idx, 0

@@ -5,8 +5,10 @@ A :class:`FilterPlan` rides along a
 :class:`~imsearch_align.collection.study.CellRunner`: the collection is
 inserted with a ``category`` attribute per item
 (:func:`~imsearch_align.collection.filters.assign_categories`, relevant
-items in the kept categories), and after each unfiltered cell the same built
-index is searched with ``search_filtered`` once per selectivity. Each such
+items in the kept categories), and once the search settings of a build are
+swept, the same built index, set to its deployable setting
+(:func:`~imsearch_align.collection.extras.deploy_index`), is searched with
+``search_filtered`` once per selectivity. Each such
 search is one cell, ``kind: "filtered"`` (the fields of
 :mod:`imsearch_align.report_html.contract`): ``filter.selectivity`` (the
 share kept, as asked; ``filter.kept_share`` as measured),
@@ -100,20 +102,13 @@ class FilterPlan:
 
         return self.attribute(prep, coll).attributes if isinstance(store, FilteredSearch) else None
 
-    def reuse(self, cells: list[Any], paths: list[Path], found: list[dict[str, Any]]) -> list[Any]:
-        """``cells`` (clean unfiltered cells found, or None) with a cell kept only when every
-        filtered cell of it is clean too (those are added to ``found``)."""
-        from imsearch_align.collection.study import load_clean
+    def reuse_one(self, path: Path) -> list[dict[str, Any]] | None:
+        """The clean filtered cells of every selectivity measured before on the cell at
+        ``path`` (the unfiltered one's file), else None."""
+        from imsearch_align.collection.cell_files import load_clean
 
-        out = []
-        for cell, p in zip(cells, paths, strict=True):
-            done = [load_clean(self.path(p, x)) for x in self.selectivities]
-            if cell is not None and all(done):
-                found.extend(done)
-                out.append(cell)
-            else:
-                out.append(None)
-        return out
+        done = [load_clean(self.path(path, x)) for x in self.selectivities]
+        return done if all(done) else None
 
     # -- cells ------------------------------------------------------------------------
     def identity(self, ident: dict[str, Any], selectivity: float) -> dict[str, Any]:

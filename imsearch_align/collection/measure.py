@@ -8,11 +8,19 @@ ground truth's key) and waits until it is searchable (:class:`BuildStats`);
 :func:`rss_tree` and :func:`server_rss` read the memory a store holds, and
 :func:`disk_bytes` what it keeps on disk.
 
-Memory: an in-process store (FAISS, Milvus Lite, Qdrant local) is the RSS
-growth of this process and its children from before the collection was
-created to when it is searchable; a server's is the resident memory of the
-process listening on the URI's port when that process runs on this machine
-(None otherwise).
+Build time: the wait until searchable, plus the seconds a store reports it
+spent training inside its inserts (``train_seconds``: FAISS trains an IVF
+index in the insert that reaches ``nlist`` rows), which are moved out of
+insert time (:attr:`BuildStats.train_s`).
+
+Memory: a store that counts its index's bytes (``index_bytes``: FAISS) gives
+those (kind ``index_bytes``); another in-process store (Milvus Lite, Qdrant
+local) the RSS growth of this process and its children from before the
+collection was created to when it is searchable (``process_rss_delta``;
+unreliable, memory freed by an earlier cell is reused), kept for every
+in-process store as :attr:`BuildStats.rss_delta_bytes`; a server's is the
+resident memory of the process listening on the URI's port when that
+process runs on this machine (``server_rss``; None otherwise).
 """
 
 from __future__ import annotations
@@ -120,14 +128,21 @@ def disk_bytes(path: str | os.PathLike) -> int | None:
 
 @dataclass
 class BuildStats:
-    """One build: rows, the store's insert time, the wait until searchable, memory."""
+    """One build: rows, insert time, build time (of which training), memory.
+
+    ``memory_bytes`` is of ``memory_kind`` (``index_bytes``,
+    ``process_rss_delta`` or ``server_rss``, see the module docstring);
+    ``rss_delta_bytes``: this process's RSS growth (None for a server).
+    """
 
     rows: int = 0
     insert_s: float = 0.0
     build_s: float = 0.0
+    train_s: float = 0.0
     ready: dict[str, Any] = field(default_factory=dict)
     memory_bytes: int | None = None
     memory_kind: str = "process_rss_delta"
+    rss_delta_bytes: int | None = None
     digest: str = ""
 
     @property
@@ -143,6 +158,7 @@ class BuildStats:
             if self.insert_rows_per_s is None
             else round(self.insert_rows_per_s, 1),
             "build_s": round(self.build_s, 4),
+            "train_s": round(self.train_s, 4),
             "load_s": self.ready.get("load_s"),
             "ready": self.ready,
         }
@@ -199,7 +215,8 @@ def insert_collection(
     Only the store's ``insert`` calls count as insert time (the blocks'
     generation and alignment do not); the stream is digested on the way
     (:attr:`BuildStats.digest`, the ground truth's documents key). An IVF
-    index of FAISS gets its first :func:`training_rows` rows in one insert.
+    index of FAISS gets its first :func:`training_rows` rows in one insert,
+    and the seconds it trains there count as build time, not insert time.
     ``attributes``: ``ids -> {name: values}``, inserted with each block (filtered search).
     """
     st = BuildStats()
@@ -218,9 +235,18 @@ def insert_collection(
     t = time.perf_counter()
     st.ready = make_searchable(store, name)
     st.build_s = time.perf_counter() - t
+    if hasattr(store, "train_seconds"):
+        st.train_s = float(store.train_seconds(name))
+        st.insert_s = max(0.0, st.insert_s - st.train_s)
+        st.build_s += st.train_s
     st.digest = digest.hexdigest()
     if in_process:
-        st.memory_bytes = max(0, rss_tree() - (before or 0))
+        st.rss_delta_bytes = max(0, rss_tree() - (before or 0))
+        counted = store.index_bytes(name) if hasattr(store, "index_bytes") else None
+        if counted is None:
+            st.memory_bytes = st.rss_delta_bytes
+        else:
+            st.memory_bytes, st.memory_kind = int(counted), "index_bytes"
     else:
         st.memory_bytes, st.memory_kind = server_rss(uri), "server_rss"
     return st

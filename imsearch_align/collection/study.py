@@ -22,17 +22,18 @@ file; with ``skip_existing`` a clean file of the same configuration is
 reused, and a build whose every cell is reused is not built.
 
 With a :class:`~imsearch_align.collection.filtered_study.FilterPlan`
-(``filters=``), the collection is inserted with its ``category`` attribute
-and every cell is followed by its filtered cells (``kind: "filtered"``, one
-per selectivity, on the same built index), kept in
-:attr:`CellRunner.filtered_cells`.
+(``filters=``), the collection is inserted with its ``category`` attribute;
+with it or a :class:`~imsearch_align.collection.extras.ConcurrencyPlan`
+(``concurrency=``), each build's deployable setting is then measured under
+filters (``kind: "filtered"``, one per selectivity) and concurrent clients
+(``kind: "concurrency"``, one per level) on the same built index
+(:func:`~imsearch_align.collection.extras.measure_extras`), kept in
+:attr:`CellRunner.filtered_cells` and :attr:`CellRunner.concurrency_cells`.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
-import re
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -41,6 +42,7 @@ from typing import Any
 
 import numpy as np
 
+from imsearch_align.collection.cell_files import FORMAT, cell_identity, cell_path, load_clean
 from imsearch_align.collection.measure import (
     BuildStats,
     disk_bytes,
@@ -54,8 +56,6 @@ from imsearch_align.collection.recall import ann_recall_at_k, compare_measures
 from imsearch_align.collection.settings import STORES, IndexSetting, resolve
 
 __all__ = ["CellBase", "CellRunner", "cell_identity", "cell_path", "load_clean"]
-
-FORMAT = "collection-cell/1"
 
 
 @dataclass(frozen=True)
@@ -86,45 +86,6 @@ class CellBase:
         return [f"HitRate@{k}" for k in self.ks] + [f"nDCG@{max(self.ks)}"]
 
 
-def cell_identity(
-    base: CellBase, s: IndexSetting, build: dict[str, int], search: dict[str, int]
-) -> dict[str, Any]:
-    """Everything that defines a cell (its key is the hash of this)."""
-    return {
-        "dataset": base.dataset,
-        "method": base.method,
-        "direction": base.direction,
-        "store": s.store,
-        "index": s.index_type,
-        "build": dict(sorted(build.items())),
-        "search": dict(sorted(search.items())),
-        "distractors": base.distractors,
-        "documents": base.documents,
-        "ks": list(base.ks),
-        "config": base.config,
-    }
-
-
-def cell_path(out: Path, ident: dict[str, Any]) -> Path:
-    """``{dataset}_{direction}_{method}_{store}_{index}_{params}_{size}_{key}.json``."""
-    text = json.dumps(ident, sort_keys=True, default=str)
-    key = hashlib.sha256(text.encode()).hexdigest()[:10]
-    params = "-".join(f"{k}{v}" for k, v in {**ident["build"], **ident["search"]}.items())
-    parts = [ident["dataset"], ident["direction"], ident["method"], ident["store"], ident["index"]]
-    parts += [params or "default", f"d{ident['distractors']}", key]
-    return Path(out) / (re.sub(r"[^A-Za-z0-9._=+-]+", "-", "_".join(parts)) + ".json")
-
-
-def load_clean(path: Path) -> dict[str, Any] | None:
-    """The cell stored at ``path`` when it finished ok (else None: run it again)."""
-    try:
-        data = json.loads(Path(path).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-    ok = isinstance(data, dict) and (data.get("status") or {}).get("state") == "ok"
-    return data if ok and data.get("format") == FORMAT else None
-
-
 class CellRunner:
     """Runs and writes the cells of index settings (see the module docstring).
 
@@ -138,6 +99,8 @@ class CellRunner:
         log: where progress lines go (None: ``sys.stderr`` at the time of writing).
         filters: a :class:`~imsearch_align.collection.filtered_study.FilterPlan`
             (None: no filtered cells).
+        concurrency: a :class:`~imsearch_align.collection.extras.ConcurrencyPlan`
+            (None: no concurrency cells).
     """
 
     def __init__(
@@ -151,13 +114,17 @@ class CellRunner:
         seed: int = 0,
         log: Any = None,
         filters: Any = None,
+        concurrency: Any = None,
     ) -> None:
         self.out, self.uri, self.batch = Path(out), uri, int(batch)
         self.latency_queries, self.skip_existing = int(latency_queries), skip_existing
         self.seed, self.log = seed, log
-        self.filters = filters
-        #: The filtered cells written (or reused) so far.
+        self.filters, self.concurrency = filters, concurrency
+        #: The filtered and concurrency cells written (or reused) so far.
         self.filtered_cells: list[dict[str, Any]] = []
+        self.concurrency_cells: list[dict[str, Any]] = []
+        #: Seconds spent measuring the extras (filtered, concurrency).
+        self.seconds = {"filtered": 0.0, "concurrency": 0.0}
         #: Where in-process stores keep their data (Milvus Lite's database, Qdrant's
         #: folder): hidden, so a report of ``out`` skips it; the caller removes it.
         self.work = self.out / ".stores"
@@ -189,18 +156,18 @@ class CellRunner:
         cells: list[dict[str, Any] | None] = [
             load_clean(p) if self.skip_existing else None for p in paths
         ]
-        if self.filters is not None:  # a cell is reused with its filtered cells only
-            cells = self.filters.reuse(cells, paths, self.filtered_cells)
         for c in cells:
             if c is not None:
                 self._say(f"  reused {_label(c)}")
         state: dict[str, Any] = {"store": None}
+        job = {"prep": prep, "coll": coll, "base": base, "setting": s, "build": build,
+               "grid": grid, "truth_of": truth_of, "state": state}  # fmt: skip
         try:
             for i, search in enumerate(grid):
                 if cells[i] is not None:
                     continue
                 try:
-                    cells[i] = self._cell(prep, coll, base, s, build, search, truth_of, state)
+                    cells[i] = self._cell(job, search)
                 except StoreUnavailableError as exc:
                     for j in range(i, len(grid)):
                         if cells[j] is None:
@@ -211,45 +178,45 @@ class CellRunner:
                     self._close(state)
                     continue
                 self._write(paths[i], cells[i])
+            if self.filters is not None or self.concurrency is not None:
+                from imsearch_align.collection.extras import measure_extras
+
+                measure_extras(self, job, cells, paths)
         finally:
             self._close(state)
         return [c for c in cells if c is not None]
 
-    def _cell(
-        self,
-        prep: Prepared,
-        coll: Any,
-        base: CellBase,
-        s: IndexSetting,
-        build: dict[str, int],
-        search: dict[str, int],
-        truth_of: Callable[[str], Any],
-        state: dict[str, Any],
-    ) -> dict[str, Any]:
+    def ensure_built(self, job: dict[str, Any], search: dict[str, int]) -> Any:
+        """The build of ``job`` (its runner ``state``): the store built now, with its
+        collection inserted (with attributes when filtering) and searchable, unless it is."""
+        state, s, base = job["state"], job["setting"], job["base"]
+        if state.get("store") is not None:
+            return state["store"]
+        prep, coll, build = job["prep"], job["coll"], job["build"]
+        state["store"] = store = open_store(s, build, search, uri=self.uri, workdir=self.work)
+        state["name"] = name = (
+            "cs_" + cell_path(Path(), cell_identity(base, s, build, {})).stem[-10:]
+        )
+        mode = STORES[s.store]
+        stats = insert_collection(
+            store, name, coll, coll.dim, uri=self.uri, in_process=mode.in_process,
+            attributes=self.filters and self.filters.inserts(store, prep, coll),
+        )  # fmt: skip
+        state["stats"], state["truth"] = stats, job["truth_of"](stats.digest)
+        return store
+
+    def _cell(self, job: dict[str, Any], search: dict[str, int]) -> dict[str, Any]:
         """One cell: build (or reuse the tunable build), search, score."""
         from imsearch_align.framework.interfaces import TunableSearch
 
+        state = job["state"]
         store = state["store"]
         if store is None or not isinstance(store, TunableSearch):
             self._close(state)
-            state["store"] = store = open_store(s, build, search, uri=self.uri, workdir=self.work)
-            state["name"] = name = (
-                "cs_" + cell_path(Path(), cell_identity(base, s, build, {})).stem[-10:]
-            )
-            mode = STORES[s.store]
-            stats = insert_collection(
-                store, name, coll, coll.dim, uri=self.uri, in_process=mode.in_process,
-                attributes=self.filters and self.filters.inserts(store, prep, coll),
-            )  # fmt: skip
-            state["stats"], state["truth"] = stats, truth_of(stats.digest)
+            self.ensure_built(job, search)
         elif search:
             store.set_search_params(state["name"], **search)
-        cell = self._measure(prep, base, s, build, search, state)
-        if self.filters is not None:
-            ident = cell_identity(base, s, build, search)
-            ctx = {"base": base, "ident": ident, "path": cell_path(self.out, ident), "cell": cell}
-            self.filtered_cells += self.filters.measure(self, store, state["name"], prep, coll, ctx)
-        return cell
+        return self._measure(job["prep"], job["base"], job["setting"], job["build"], search, state)
 
     def _measure(
         self,
@@ -300,7 +267,11 @@ class CellRunner:
             "batch": self.batch,
             "latency_ms": latency,
             "timings": stats.to_dict(),
-            "memory": {"kind": stats.memory_kind, "bytes": stats.memory_bytes},
+            "memory": {
+                "kind": stats.memory_kind,
+                "bytes": stats.memory_bytes,
+                "rss_delta_bytes": stats.rss_delta_bytes,
+            },
             "disk_bytes": self._disk(s),
             "truth": truth.record(),
             "n_support": prep.n_support,

@@ -1,0 +1,58 @@
+"""A study cell's identity and file: what defines it, where it is written, whether a
+clean one is there to reuse (``--skip-existing``)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from imsearch_align.collection.settings import IndexSetting
+    from imsearch_align.collection.study import CellBase
+
+__all__ = ["FORMAT", "cell_identity", "cell_path", "load_clean"]
+
+#: The ``format`` of a collection-scale cell.
+FORMAT = "collection-cell/1"
+
+
+def cell_identity(
+    base: CellBase, s: IndexSetting, build: dict[str, int], search: dict[str, int]
+) -> dict[str, Any]:
+    """Everything that defines a cell (its key is the hash of this)."""
+    return {
+        "dataset": base.dataset,
+        "method": base.method,
+        "direction": base.direction,
+        "store": s.store,
+        "index": s.index_type,
+        "build": dict(sorted(build.items())),
+        "search": dict(sorted(search.items())),
+        "distractors": base.distractors,
+        "documents": base.documents,
+        "ks": list(base.ks),
+        "config": base.config,
+    }
+
+
+def cell_path(out: Path, ident: dict[str, Any]) -> Path:
+    """``{dataset}_{direction}_{method}_{store}_{index}_{params}_{size}_{key}.json``."""
+    text = json.dumps(ident, sort_keys=True, default=str)
+    key = hashlib.sha256(text.encode()).hexdigest()[:10]
+    params = "-".join(f"{k}{v}" for k, v in {**ident["build"], **ident["search"]}.items())
+    parts = [ident["dataset"], ident["direction"], ident["method"], ident["store"], ident["index"]]
+    parts += [params or "default", f"d{ident['distractors']}", key]
+    return Path(out) / (re.sub(r"[^A-Za-z0-9._=+-]+", "-", "_".join(parts)) + ".json")
+
+
+def load_clean(path: Path) -> dict[str, Any] | None:
+    """The cell stored at ``path`` when it finished ok (else None: run it again)."""
+    try:
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    ok = isinstance(data, dict) and (data.get("status") or {}).get("state") == "ok"
+    return data if ok and data.get("format") == FORMAT else None

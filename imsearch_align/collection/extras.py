@@ -1,0 +1,234 @@
+"""What the study measures once per built index, on the setting one would deploy: the
+filtered searches (``--filters``) and the concurrent clients (``--concurrency``).
+
+The unfiltered cells of a build sweep its search-time settings; the setting
+a search engineer deploys is one of them, chosen by :func:`deploy_index`:
+the fastest (batched queries/s) whose ANN recall@k reaches
+:data:`DEPLOY_RECALL`, else the one with the highest recall. The same built
+index is then set to it and measured under filters (one ``kind:
+"filtered"`` cell per selectivity,
+:class:`~imsearch_align.collection.filtered_study.FilterPlan`) and under 1,
+2, 4... concurrent clients (one ``kind: "concurrency"`` cell per level,
+:class:`ConcurrencyPlan`): in threads sharing the store for an in-process
+one, in processes each opening its own client
+(:class:`~imsearch_align.concurrency.StoreSpec`) for a server, as
+VectorDBBench's concurrent-search case does. Measuring those on every
+swept setting would multiply the study's time for points nobody deploys.
+
+Both are reused with ``--skip-existing`` when their files are clean; a build
+whose every cell and extra is reused is not built.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+__all__ = ["DEPLOY_RECALL", "ConcurrencyPlan", "deploy_index", "measure_extras"]
+
+#: The ANN recall@k a deployable setting reaches (:func:`deploy_index`).
+DEPLOY_RECALL = 0.9
+
+
+def deploy_index(cells: list[dict[str, Any] | None]) -> int | None:
+    """Position of the cell to deploy among one build's cells (None when none is ok).
+
+    The fastest (batched queries/s) whose ANN recall@k is at least
+    :data:`DEPLOY_RECALL`; when none reaches it, the highest recall (ties:
+    the faster).
+    """
+    ok = [
+        (i, float((c.get("ann_recall") or {}).get("mean", float("nan"))), c.get("queries_per_s"))
+        for i, c in enumerate(cells)
+        if c is not None and (c.get("status") or {}).get("state") == "ok"
+    ]
+    ok = [(i, r, float(q or 0.0)) for i, r, q in ok if r == r]
+    if not ok:
+        return None
+    good = [t for t in ok if t[1] >= DEPLOY_RECALL]
+    if good:
+        return max(good, key=lambda t: (t[2], -t[0]))[0]
+    return max(ok, key=lambda t: (t[1], t[2], -t[0]))[0]
+
+
+@dataclass(frozen=True)
+class ConcurrencyPlan:
+    """Concurrent clients on each build's deployable setting.
+
+    Args:
+        levels: clients per level (ascending, distinct, >= 1).
+        duration_s: measured seconds per level.
+        warmup_s: seconds each level searches before measuring.
+        at_distractors: measure only collections with this many distractors
+            (the study passes its largest size); None: every size.
+    """
+
+    levels: tuple[int, ...]
+    duration_s: float = 5.0
+    warmup_s: float = 1.0
+    at_distractors: int | None = None
+
+    def __post_init__(self) -> None:
+        from imsearch_align.concurrency.limits import check_levels
+
+        object.__setattr__(self, "levels", tuple(check_levels(self.levels)))
+        if not self.duration_s > 0:
+            raise ValueError(f"concurrency duration must be > 0 s, got {self.duration_s}")
+
+    def applies(self, distractors: int) -> bool:
+        """Whether collections with ``distractors`` distractors are measured."""
+        return self.at_distractors is None or distractors == self.at_distractors
+
+    @staticmethod
+    def path(path: Path, level: int) -> Path:
+        """``concurrency-c{level}_`` + the unfiltered cell's file name."""
+        return path.with_name(f"concurrency-c{level}_{path.name}")
+
+    def reuse(self, path: Path) -> list[dict[str, Any]] | None:
+        """The clean cells of every level measured before on the cell at ``path``, else None."""
+        found = []
+        for lv in self.levels:
+            try:
+                data = json.loads(self.path(path, lv).read_text(encoding="utf-8"))
+            except (OSError, ValueError):
+                return None
+            if not isinstance(data, dict) or (data.get("status") or {}).get("state") != "ok":
+                return None
+            found.append(data)
+        return found
+
+    def measure(
+        self, runner: Any, store: Any, name: str, prep: Any, ctx: dict[str, Any]
+    ) -> list[dict[str, Any]]:
+        """Every level on the built collection ``name``: the cells, written, returned."""
+        from imsearch_align.collection.settings import STORES
+        from imsearch_align.concurrency import (
+            StoreSpec,
+            concurrency_cells,
+            quality,
+            run_concurrent,
+        )
+        from imsearch_align.experiment.provenance import capture
+
+        s, base, cell = ctx["setting"], ctx["base"], ctx["cell"]
+        search = dict((cell.get("index") or {}).get("search_params") or ctx["search"])
+        if STORES[s.store].in_process:
+            source, mode = store, "threads"
+        else:
+            params = {"uri": runner.uri, "index": s.index_type, "index_params": dict(ctx["build"])}
+            source = StoreSpec(s.store, {**params, "search_params": search})
+            mode = "processes"
+        res = run_concurrent(
+            source, name, prep.queries, prep.query_ids, max(base.ks),
+            levels=self.levels, duration_s=self.duration_s, warmup_s=self.warmup_s,
+            mode=mode, seed=runner.seed,
+        )  # fmt: skip
+        q = {lv.concurrency: quality(lv.answers, prep.qrels, base.measures) for lv in res.levels}
+        cells = concurrency_cells(
+            res, store=s.store, method=base.method, dataset=base.dataset,
+            direction=base.direction, index_type=s.index_type, index_params=ctx["build"],
+            search_params=search, collection_size=(cell.get("collection") or {}).get("size"),
+            quality=q, provenance=capture(store), command=list(base.command),
+        )  # fmt: skip
+        for c in cells:
+            c["config"] = ctx["ident"]["config"]
+            runner._write(self.path(ctx["path"], c["concurrency"]), c)
+            runner._say(
+                f"    {c['concurrency']:>2} clients ({mode}): {c['queries_per_s']:,.0f} q/s, "
+                f"p99 {(c.get('latency_ms') or {}).get('p99', float('nan')):.2f} ms"
+            )
+        runner._say(f"    saturation at {res.saturation} clients")
+        return cells
+
+    def failed(self, ctx: dict[str, Any], exc: BaseException) -> list[dict[str, Any]]:
+        """One failed cell per level (the error in its status)."""
+        s, base = ctx["setting"], ctx["base"]
+        return [
+            {
+                "kind": "concurrency",
+                "store": s.store,
+                "method": base.method,
+                "dataset": base.dataset,
+                "direction": base.direction,
+                "index": {"type": s.index_type, "params": ctx["build"]},
+                "concurrency": lv,
+                "config": ctx["ident"]["config"],
+                "status": {
+                    "state": "failed",
+                    "reasons": [],
+                    "error": f"{type(exc).__name__}: {exc}",
+                },
+                "command": list(base.command),
+            }
+            for lv in self.levels
+        ]
+
+
+def _pending(runner: Any, base: Any, path: Path) -> list[str]:
+    """The extras of the cell at ``path`` still to measure (the reused ones are recorded)."""
+    todo = []
+    if runner.filters is not None:
+        found = runner.filters.reuse_one(path) if runner.skip_existing else None
+        if found is None:
+            todo.append("filtered")
+        else:
+            runner.filtered_cells.extend(found)
+    plan = runner.concurrency
+    if plan is not None and plan.applies(base.distractors):
+        found = plan.reuse(path) if runner.skip_existing else None
+        if found is None:
+            todo.append("concurrency")
+        else:
+            runner.concurrency_cells.extend(found)
+    return todo
+
+
+def measure_extras(runner: Any, job: dict[str, Any], cells: list[Any], paths: list[Path]) -> None:
+    """The filtered and concurrency cells of one build, on its deployable setting.
+
+    ``job``: ``prep``, ``coll``, ``base``, ``setting``, ``build``, ``grid``,
+    ``truth_of`` and the runner's ``state`` (its built store, if any).
+    """
+    from imsearch_align.collection.cell_files import cell_identity
+    from imsearch_align.framework.interfaces import StoreUnavailableError, TunableSearch
+
+    i = deploy_index(cells)
+    if i is None:
+        return
+    base, s, build, search = job["base"], job["setting"], job["build"], job["grid"][i]
+    todo = _pending(runner, base, paths[i])
+    if not todo:
+        return
+    state = job["state"]
+    tunable = isinstance(state.get("store"), TunableSearch)
+    if state.get("store") is not None and not tunable and i != len(job["grid"]) - 1:
+        runner._close(state)  # built for another setting, and it cannot be re-set
+    store = runner.ensure_built(job, search)
+    if isinstance(store, TunableSearch) and search:
+        store.set_search_params(state["name"], **search)
+    ident = cell_identity(base, s, build, search)
+    ctx = {"base": base, "setting": s, "build": build, "search": search, "ident": ident,
+           "path": paths[i], "cell": cells[i]}  # fmt: skip
+    runner._say(f"  deployable setting {search or '(none)'}: {', '.join(todo)}")
+    if "filtered" in todo:
+        t = time.perf_counter()
+        runner.filtered_cells += runner.filters.measure(
+            runner, store, state["name"], job["prep"], job["coll"], ctx
+        )
+        runner.seconds["filtered"] += time.perf_counter() - t
+    if "concurrency" in todo:
+        t = time.perf_counter()
+        plan = runner.concurrency
+        try:
+            runner.concurrency_cells += plan.measure(runner, store, state["name"], job["prep"], ctx)
+        except StoreUnavailableError:
+            raise
+        except Exception as exc:
+            runner._say(f"  failed concurrency: {type(exc).__name__}: {exc}")
+            for c in plan.failed(ctx, exc):
+                runner._write(plan.path(paths[i], c["concurrency"]), c)
+                runner.concurrency_cells.append(c)
+        runner.seconds["concurrency"] += time.perf_counter() - t
