@@ -120,6 +120,8 @@ def test_the_study_end_to_end_with_faiss(study, emb, tmp_path, capsys):
                 "t2i/ann_recall@10"} <= set(cell.metrics)  # fmt: skip
         assert set(cell.latency_ms) == {"p50", "p95", "p99"} and cell.queries_per_s > 0
         assert c["timings"]["insert_rows_per_s"] > 0 and c["memory"]["bytes"] is not None
+        assert c["memory"]["kind"] == "index_bytes"  # counted from the FAISS index itself
+        assert 0 < c["harness"]["rss_bytes"] <= c["harness"]["peak_rss_bytes"]
         if cell.exact:
             assert c["metrics"]["t2i/ann_recall@10"] == 1.0
             for m, v in c["exact_metrics"].items():

@@ -41,6 +41,7 @@ from imsearch_align.collection.settings import STORES, IndexSetting
 __all__ = [
     "BuildStats",
     "disk_bytes",
+    "harness_memory",
     "insert_collection",
     "open_store",
     "rss_tree",
@@ -114,6 +115,18 @@ def server_rss(uri: str | None) -> int | None:
             except psutil.Error:
                 return None
     return None
+
+
+def harness_memory() -> dict[str, int]:
+    """This process's resident bytes now and at its peak so far (``ru_maxrss``; with an
+    in-process store they include its index)."""
+    import resource
+
+    import psutil
+
+    rss = int(psutil.Process().memory_info().rss)
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # KiB on Linux
+    return {"rss_bytes": rss, "peak_rss_bytes": max(rss, int(peak))}  # the kernel's peak lags
 
 
 def disk_bytes(path: str | os.PathLike) -> int | None:

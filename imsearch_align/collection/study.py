@@ -46,6 +46,7 @@ from imsearch_align.collection.cell_files import FORMAT, cell_identity, cell_pat
 from imsearch_align.collection.measure import (
     BuildStats,
     disk_bytes,
+    harness_memory,
     insert_collection,
     open_store,
     search_batched,
@@ -272,6 +273,7 @@ class CellRunner:
                 "bytes": stats.memory_bytes,
                 "rss_delta_bytes": stats.rss_delta_bytes,
             },
+            "harness": harness_memory(),
             "disk_bytes": self._disk(s),
             "truth": truth.record(),
             "n_support": prep.n_support,
