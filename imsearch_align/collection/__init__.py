@@ -17,9 +17,12 @@ Rooms: :mod:`.sources` (the :class:`DistractorSource` interface,
 (:func:`ann_recall_at_k`, :func:`compare_measures`), :mod:`.perf`
 (:func:`bench_truth`); the study's rooms :mod:`.settings` (index settings),
 :mod:`.prepare` (a method's inputs), :mod:`.measure` (one build's costs and
-speeds), :mod:`.study` (the cells), :mod:`.study_report` (CSV, leaderboard,
-figures), :mod:`.filters` and :mod:`.filtered_study` (filtered search); :mod:`.cost_model` (a Milvus
-cluster for 10M and 100M vectors).
+speeds), :mod:`.cell_files` (a cell's identity and file), :mod:`.study` (the
+cells), :mod:`.study_report` (CSV, leaderboard, figures), :mod:`.filters` and
+:mod:`.filtered_study` (filtered search), :mod:`.extras` (filtered and
+concurrent search on each build's deployable setting); :mod:`.cost_model` (a
+Milvus cluster for 10M and 100M vectors) and :mod:`.cost_inputs` (its
+measured inputs, read from a study's cells).
 
 **Distractor sources** (raw embeddings of one modality, the dataset's
 encoder; each yields ``(ids, raw_block)`` of at most ``block_rows`` rows from
