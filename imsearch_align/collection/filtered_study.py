@@ -19,6 +19,12 @@ batched queries/s and single-query latency. A query whose relevant items
 the filter removed is counted and its ids listed
 (``filter.queries_without_relevant``) and printed; it stays measured.
 
+With a :class:`~imsearch_align.collection.label_filter.LabelPlan`
+(``labels=``: the dataset has class labels), every item also carries its
+class ``label`` and one more filtered cell per build searches each query
+within its own class (``filter.field: "label"``,
+:mod:`~imsearch_align.collection.label_cell`); without one, nothing of that.
+
 A store that is not :class:`~imsearch_align.framework.interfaces.FilteredSearch`
 gets failed filtered cells naming the stores that filter (its unfiltered
 cells run as before, without attributes).
@@ -58,14 +64,18 @@ class FilterPlan:
             multiple of ``1 / n_categories``), checked here.
         seed: seeds the categories.
         n_categories: categories of the attribute.
+        labels: a :class:`~imsearch_align.collection.label_filter.LabelPlan`
+            (None: no ``label`` attribute, no label cell).
     """
 
     selectivities: tuple[float, ...]
     seed: int = 0
     n_categories: int = 100
+    labels: Any = None
     _coll: Any = field(default=None, repr=False)
     _attr: CategoryAttribute | None = field(default=None, repr=False)
-    _truths: dict[float, Any] = field(default_factory=dict, repr=False)
+    _label: Any = field(default=None, repr=False)
+    _truths: dict[Any, Any] = field(default_factory=dict, repr=False)
 
     def __post_init__(self) -> None:
         self.selectivities = tuple(dict.fromkeys(float(s) for s in self.selectivities))
@@ -77,7 +87,7 @@ class FilterPlan:
     def attribute(self, prep: Any, coll: Any) -> CategoryAttribute:
         """The categories of ``coll``'s items (computed once per collection)."""
         if self._coll is not coll:
-            self._coll, self._truths = coll, {}
+            self._coll, self._truths, self._label = coll, {}, None
             self._attr = assign_categories(
                 collection_ids(coll),
                 relevant_doc_ids(prep.qrels),
@@ -96,18 +106,52 @@ class FilterPlan:
             )
         return self._truths[selectivity]
 
+    def label_attribute(self, prep: Any, coll: Any) -> Any:
+        """The class labels of ``coll``'s items (computed once per collection; None
+        without a label plan)."""
+        self.attribute(prep, coll)
+        if self.labels is not None and self._label is None:
+            self._label = self.labels.attribute(prep, coll)
+        return self._label
+
+    def label_truth(self, prep: Any, coll: Any, label: int, k: int, block_rows: int) -> Any:
+        """The exact truth of ``prep``'s queries searched within ``label`` over the rows of
+        that label (computed once per collection and label)."""
+        attr = self.label_attribute(prep, coll)
+        if ("label", label) not in self._truths:
+            from imsearch_align.collection.label_filter import query_labels
+
+            rows = np.flatnonzero(query_labels(prep.qrels, prep.query_ids, attr)[0] == label)
+            self._truths["label", label] = filtered_truth(
+                prep.queries[rows], prep.query_ids[rows], coll, k, attr,
+                attr.label_filter(label), block_rows=block_rows,
+            )  # fmt: skip
+        return self._truths["label", label]
+
     def inserts(self, store: Any, prep: Any, coll: Any) -> Any:
-        """``ids -> {"category": ...}`` for the inserts into ``store`` (None: it does not filter)."""
+        """``ids -> {"category": ...}`` (and ``"label"`` with a label plan) for the inserts
+        into ``store`` (None: it does not filter)."""
         from imsearch_align.framework.interfaces import FilteredSearch
 
-        return self.attribute(prep, coll).attributes if isinstance(store, FilteredSearch) else None
+        if not isinstance(store, FilteredSearch):
+            return None
+        category = self.attribute(prep, coll).attributes
+        label = self.label_attribute(prep, coll)
+        if label is None:
+            return category
+        return lambda ids: {**category(ids), **label.attributes(ids)}
+
+    def cases(self) -> list[Any]:
+        """What each build is measured under: every selectivity, then ``"label"`` with a
+        label plan."""
+        return [*self.selectivities, *(["label"] if self.labels is not None else [])]
 
     def reuse_one(self, path: Path) -> list[dict[str, Any]] | None:
-        """The clean filtered cells of every selectivity measured before on the cell at
-        ``path`` (the unfiltered one's file), else None."""
+        """The clean filtered cells of every selectivity (and the label cell) measured
+        before on the cell at ``path`` (the unfiltered one's file), else None."""
         from imsearch_align.collection.cell_files import load_clean
 
-        done = [load_clean(self.path(path, x)) for x in self.selectivities]
+        done = [load_clean(self.path(path, x)) for x in self.cases()]
         return done if all(done) else None
 
     # -- cells ------------------------------------------------------------------------
@@ -117,8 +161,11 @@ class FilterPlan:
                                     "seed": self.seed}}  # fmt: skip
 
     @staticmethod
-    def path(path: Path, selectivity: float) -> Path:
-        """``filtered-s{selectivity}_`` + the unfiltered cell's name (its key covers the filter)."""
+    def path(path: Path, selectivity: Any) -> Path:
+        """``filtered-s{selectivity}_`` (``filtered-label_`` for the label cell) + the
+        unfiltered cell's name (its key covers the filter)."""
+        if selectivity == "label":
+            return path.with_name(f"filtered-label_{path.name}")
         return path.with_name(f"filtered-s{selectivity:g}_{path.name}")
 
     def measure(
@@ -130,22 +177,27 @@ class FilterPlan:
         ``ident`` and ``path`` (of the unfiltered cell), ``cell`` (it, for
         the shared fields).
         """
+        from imsearch_align.collection.label_cell import label_cell
         from imsearch_align.framework.interfaces import FilteredSearch, StoreUnavailableError
 
         out = []
-        for sel in self.selectivities:
+        for sel in self.cases():
             path = self.path(ctx["path"], sel)
             try:
                 if not isinstance(store, FilteredSearch):
                     from imsearch_align.adapters.attributes import no_filter_message
 
                     raise TypeError(no_filter_message(store))
-                cell = self._cell(runner, store, name, prep, coll, ctx, sel)
+                if sel == "label":
+                    cell = label_cell(self, runner, store, name, prep, coll, ctx)
+                else:
+                    cell = self._cell(runner, store, name, prep, coll, ctx, sel)
             except StoreUnavailableError:
                 raise
             except Exception as exc:
                 cell = self._failed(ctx, sel, exc)
-                runner._say(f"  failed filter {sel:g}: {cell['status']['error']}")
+                shown = sel if sel == "label" else f"{sel:g}"
+                runner._say(f"  failed filter {shown}: {cell['status']['error']}")
             runner._write(path, cell)
             out.append(cell)
         return out
@@ -215,11 +267,11 @@ class FilterPlan:
                         + (" ..." if len(lost) > NAMED else ""))  # fmt: skip
         return cell
 
-    def _failed(self, ctx: dict[str, Any], sel: float, exc: BaseException) -> dict[str, Any]:
+    def _failed(self, ctx: dict[str, Any], sel: Any, exc: BaseException) -> dict[str, Any]:
         cell = {key: ctx["cell"][key] for key in _SHARED if key in ctx["cell"]}
         cell.update(
             kind="filtered",
-            filter={"selectivity": sel},
+            filter={"field": "label"} if sel == "label" else {"selectivity": sel},
             status={"state": "failed", "reasons": [], "error": f"{type(exc).__name__}: {exc}"},
         )
         return cell

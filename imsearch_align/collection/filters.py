@@ -23,6 +23,10 @@ the filter's mask applied to each block): the same tie-aware, float64-true
 top-k, so ANN recall against it is
 :func:`~imsearch_align.collection.recall.ann_recall_at_k` as unfiltered.
 
+The same streaming takes the dataset's own class labels
+(:class:`~imsearch_align.collection.label_filter.LabelAttribute`, a second
+attribute ``label``): any attribute with ``keeps(ids, filter)``.
+
 The store side is :class:`~imsearch_align.framework.interfaces.FilteredSearch`
 (``insert(..., attributes={"category": ...})``, ``search_filtered``);
 :func:`milvus_expression` spells a filter as Milvus does, for the record.
@@ -32,12 +36,15 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from imsearch_align.collection.sources import DEFAULT_BLOCK_ROWS
 from imsearch_align.framework.interfaces import Filter
+
+if TYPE_CHECKING:
+    from imsearch_align.collection.label_filter import LabelAttribute
 
 __all__ = [
     "FIELD",
@@ -201,7 +208,10 @@ def queries_without_relevant(qrels: Any, kept_doc_ids: Any) -> np.ndarray:
 
 
 def filtered_stream(
-    docs: Any, attribute: CategoryAttribute, f: Filter, block_rows: int = DEFAULT_BLOCK_ROWS
+    docs: Any,
+    attribute: CategoryAttribute | LabelAttribute,
+    f: Filter,
+    block_rows: int = DEFAULT_BLOCK_ROWS,
 ) -> Callable[[], Iterator[tuple[np.ndarray, np.ndarray]]]:
     """A stream of ``docs``'s ``(ids, block)`` pairs (any form
     :func:`~imsearch_align.collection.truth.as_stream` takes) with only the rows ``f`` keeps."""
@@ -223,7 +233,7 @@ def filtered_truth(
     query_ids: Any,
     docs: Any,
     k: int,
-    attribute: CategoryAttribute,
+    attribute: CategoryAttribute | LabelAttribute,
     f: Filter,
     **kwargs: Any,
 ) -> Any:

@@ -14,13 +14,18 @@ norm, so are the draws.
 :class:`~imsearch_align.collection.sources.DistractorSource`. Rows are made
 in fixed chunks of :data:`CHUNK_ROWS`, chunk ``j`` from the seed
 ``(seed, j)``, so row ``i`` is the same whatever block size reads it, and
-the same seed gives the same rows.
+the same seed gives the same rows. :meth:`SyntheticSource.components` gives
+the mixture component each row was drawn from (the same seeded draw, made
+again without the rest of the row), and :attr:`MixtureModel.assignments` the
+component of each support row the model was fitted to: together they give a
+distractor the label of its component
+(:mod:`~imsearch_align.collection.label_filter`).
 """
 
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -47,6 +52,10 @@ class MixtureModel:
         residual: ``(K,)`` isotropic standard deviation of the rest.
         normalize: whether draws are scaled to unit norm (the support was).
         encoder: the support's encoder id, if known.
+        assignments: ``(n,)`` the component of each support row given to
+            :meth:`fit` (``-1``: a row left out of the fitted sample); None
+            for a model not fitted here. Not a parameter of the draws (not
+            in :attr:`fingerprint`).
     """
 
     weights: np.ndarray
@@ -56,6 +65,7 @@ class MixtureModel:
     residual: np.ndarray
     normalize: bool
     encoder: str | None = None
+    assignments: np.ndarray | None = field(default=None, repr=False)
 
     @property
     def dim(self) -> int:
@@ -105,8 +115,11 @@ class MixtureModel:
                 f"{X.shape}" + ("" if X.ndim != 2 or np.isfinite(X).all() else " with NaN/inf")
             )
         rng = np.random.default_rng(seed)
+        rows = np.arange(X.shape[0])
         if X.shape[0] > max_rows:
-            X = X[np.sort(rng.choice(X.shape[0], max_rows, replace=False))]
+            rows = np.sort(rng.choice(X.shape[0], max_rows, replace=False))
+            X = X[rows]
+        assignments = np.full(len(np.asarray(support)), -1, dtype=np.int32)
         n, d = X.shape
         K = int(np.clip(n // 50, 1, 64)) if n_components is None else int(n_components)
         if not 1 <= K <= n:
@@ -135,11 +148,17 @@ class MixtureModel:
         lone = counts < 2
         if lone.any() and (~lone).any():
             residual[lone] = residual[~lone].mean()
-        return cls(counts / counts.sum(), means, bases, scales, residual, normalize, encoder)
+        assignments[rows] = labels
+        w = counts / counts.sum()
+        return cls(w, means, bases, scales, residual, normalize, encoder, assignments)
+
+    def draw_components(self, n: int, rng: np.random.Generator) -> np.ndarray:
+        """The component of each of ``n`` draws: the first draw :meth:`sample` makes from ``rng``."""
+        return rng.choice(len(self.weights), size=n, p=self.weights)
 
     def sample(self, n: int, rng: np.random.Generator) -> np.ndarray:
         """``(n, d)`` float32 draws from ``rng``."""
-        comp = rng.choice(len(self.weights), size=n, p=self.weights)
+        comp = self.draw_components(n, rng)
         r = self.scales.shape[1]
         z = rng.standard_normal((n, r)) * self.scales[comp]
         out = self.means[comp] + np.einsum("nr,nrd->nd", z, self.bases[comp])
@@ -193,6 +212,23 @@ class SyntheticSource(DistractorSource):
             self._chunk = None
             self._chunk = (j, self.model.sample(n, np.random.default_rng([self.seed, j])))
         return self._chunk[1]
+
+    def components(self, start: int = 0, stop: int | None = None) -> np.ndarray:
+        """The mixture component each row ``[start, stop)`` was drawn from (int64).
+
+        Chunk ``j``'s components are the first draw of its seeded generator,
+        made again here without drawing the rows (cheap: one draw per row).
+        """
+        stop = self.n_rows if stop is None else int(stop)
+        if not 0 <= start <= stop <= self.n_rows:
+            raise ValueError(f"components: need 0 <= start <= stop <= {self.n_rows}")
+        parts = []
+        for j in range(start // CHUNK_ROWS, -(-stop // CHUNK_ROWS)):
+            n = min(CHUNK_ROWS, self._n - j * CHUNK_ROWS)
+            comp = self.model.draw_components(n, np.random.default_rng([self.seed, j]))
+            lo = max(start - j * CHUNK_ROWS, 0)
+            parts.append(comp[lo : min(stop - j * CHUNK_ROWS, n)])
+        return np.concatenate(parts).astype(np.int64) if parts else np.zeros(0, np.int64)
 
     def _read(self, start: int, stop: int) -> np.ndarray:
         out = np.empty((stop - start, self.dim), dtype=np.float32)

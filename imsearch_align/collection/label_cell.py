@@ -1,0 +1,170 @@
+"""The study's label cell: each build's deployable setting searched with every query
+kept within its own class (``label in [L]``), next to the category cells.
+
+:func:`label_cell` groups the sampled queries by the label they are searched
+within (:func:`~imsearch_align.collection.label_filter.query_labels`: the
+label of each query's first relevant item), and for each group runs one
+batched ``search_filtered`` under ``label in [L]`` and computes the exact
+filtered truth over the rows of that label
+(:func:`~imsearch_align.collection.filters.filtered_truth`, cached per
+collection by the :class:`~imsearch_align.collection.filtered_study.FilterPlan`).
+The cell (``kind: "filtered"``, ``filter.field: "label"``) reports, over all
+queries: the task's measures next to the exact filtered truth's and ANN
+recall against it (query-weighted means of the groups'), the batched
+queries/s (every query over the summed seconds of the groups), and
+single-query latency percentiles (the seeded sample of the category cells,
+each query under its own label's filter). ``filter.selectivity`` and
+``filter.kept_share`` are the query-weighted mean share of the collection a
+query's filter keeps; ``filter.per_label`` gives each label's name, kept
+share, query count and ANN recall.
+
+Each group streams the collection once for its truth: the cost grows with
+the number of labels the queries carry (a handful for the shapes dataset).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from imsearch_align.collection.label_filter import UNKNOWN, LabelAttribute, query_labels
+
+__all__ = ["EXPRESSION", "label_cell"]
+
+#: ``filter.expression`` of a label cell (``L``: each query's own label).
+EXPRESSION = "label in [L]"
+
+
+def _restrict(qrels: Any, query_ids: np.ndarray) -> Any:
+    """The judgements of ``query_ids`` only."""
+    from imsearch_align.framework.metrics import Qrels
+
+    keep = np.isin(qrels.query_ids, query_ids)
+    return Qrels(qrels.query_ids[keep], qrels.doc_ids[keep], qrels.relevance[keep])
+
+
+class _PerQuery:
+    """``store`` searched with each query under its own label's filter, the queries named by
+    row: :func:`~imsearch_align.collection.measure.search_latency` given ``arange(nq)``
+    times single filtered queries of the sample the category cells time."""
+
+    def __init__(self, store: Any, queries: np.ndarray, filters: list[Any]) -> None:
+        self.store, self.queries, self.filters = store, queries, filters
+
+    def search(self, name: str, rows: np.ndarray, k: int) -> Any:
+        """The filtered search of query ``rows[0]`` under its label's filter."""
+        r = int(rows[0])
+        return self.store.search_filtered(name, self.queries[r : r + 1], k, self.filters[r])
+
+
+def _label_row(attr: LabelAttribute, label: int, f: Any, n: int, recall: float) -> dict:
+    """One label's entry of ``filter.per_label``."""
+    return {
+        "label": label,
+        "name": attr.name_of(label),
+        "expression": f"label in [{label}]",
+        "kept_share": attr.kept_share(f),
+        "kept_rows": len(attr.kept_ids(f)),
+        "queries": n,
+        "ann_recall": recall,
+    }
+
+
+def _groups(
+    plan: Any, runner: Any, store: Any, name: str, prep: Any, coll: Any, ctx: dict[str, Any]
+) -> dict[str, Any]:
+    """Every label group searched and scored: sums over queries, per-label rows."""
+    from imsearch_align.collection.filtered_study import _UnderFilter
+    from imsearch_align.collection.measure import search_batched
+    from imsearch_align.collection.recall import ann_recall_at_k, compare_measures
+    from imsearch_align.framework.metrics import Run
+
+    base, k = ctx["base"], max(ctx["base"].ks)
+    attr: LabelAttribute = plan.label_attribute(prep, coll)
+    qlab, mixed, without = query_labels(prep.qrels, prep.query_ids, attr)
+    acc: dict[str, Any] = {"approx": {}, "exact": {}, "weight": 0, "seconds": 0.0,
+                           "recall": 0.0, "uncertain": 0, "open": 0, "truth_s": 0.0,
+                           "kept": 0.0, "per_label": [], "qlab": qlab, "mixed": mixed,
+                           "without": without, "attr": attr}  # fmt: skip
+    for label in np.unique(qlab):
+        rows = np.flatnonzero(qlab == label)
+        f = attr.label_filter(int(label))
+        truth = plan.label_truth(prep, coll, int(label), k, coll.block_rows)
+        q, qids = prep.queries[rows], prep.query_ids[rows]
+        ids, scores, qps = search_batched(_UnderFilter(store, f), name, q, k, runner.batch)
+        qrels = _restrict(prep.qrels, qids)
+        means = compare_measures(Run.from_arrays(qids, ids, scores), truth, qrels, base.measures)
+        recall = ann_recall_at_k(ids, truth, k)
+        w = len(qrels.queries)
+        for m, v in means["means"].items():
+            acc["approx"][m] = acc["approx"].get(m, 0.0) + w * float(v["approximate"])
+            acc["exact"][m] = acc["exact"].get(m, 0.0) + w * float(v["exact"])
+        acc["weight"] += w
+        acc["seconds"] += len(rows) / qps if qps > 0 else 0.0
+        acc["recall"] += float(recall.per_query.sum())
+        acc["uncertain"] += recall.n_uncertain
+        acc["open"] += int((~truth.closed).sum())
+        acc["truth_s"] += truth.seconds
+        share = attr.kept_share(f)
+        acc["kept"] += len(rows) * share
+        acc["per_label"].append(_label_row(attr, int(label), f, len(rows), recall.mean))
+    return acc
+
+
+def label_cell(
+    plan: Any, runner: Any, store: Any, name: str, prep: Any, coll: Any, ctx: dict[str, Any]
+) -> dict[str, Any]:
+    """The label cell of the built collection ``name`` (see the module docstring)."""
+    from imsearch_align.collection.filtered_study import _SHARED
+    from imsearch_align.collection.measure import search_latency
+
+    k, d = max(ctx["base"].ks), ctx["base"].direction
+    acc = _groups(plan, runner, store, name, prep, coll, ctx)
+    attr: LabelAttribute = acc["attr"]
+    nq, w = len(prep.query_ids), max(acc["weight"], 1)
+    filters = [attr.label_filter(int(x)) for x in acc["qlab"]]
+    latency = search_latency(
+        _PerQuery(store, prep.queries, filters), name, np.arange(nq), k,
+        runner.latency_queries, runner.seed,
+    )  # fmt: skip
+    recall = acc["recall"] / nq if nq else 1.0
+    metrics = {f"{d}/{m}": v / w for m, v in acc["approx"].items()}
+    metrics[f"{d}/ann_recall@{k}"] = recall
+    qps = nq / acc["seconds"] if acc["seconds"] > 0 else float("inf")
+    kept = acc["kept"] / nq if nq else 0.0
+    cell = {key: ctx["cell"][key] for key in _SHARED if key in ctx["cell"]}
+    cell.update(
+        kind="filtered",
+        filter={
+            "field": attr.field,
+            "selectivity": kept,
+            "kept_share": kept,
+            "expression": EXPRESSION,
+            "per_query": "each query is searched within the label of its first relevant item",
+            "labels": len(attr.class_names),
+            "distractor_labels": attr.distractors,
+            "unknown_items": int((attr.labels == UNKNOWN).sum()),
+            "per_label": acc["per_label"],
+            "queries_mixed_labels": acc["mixed"],
+            "queries_without_relevant": {"count": acc["without"]},
+        },
+        metrics=metrics,
+        exact_metrics={f"{d}/{m}": v / w for m, v in acc["exact"].items()},
+        ann_recall={"k": k, "mean": recall, "uncertain": acc["uncertain"]},
+        queries_per_s=qps,
+        batch=runner.batch,
+        latency_ms=latency,
+        truth={
+            "queries": nq,
+            "groups": len(acc["per_label"]),
+            "k": k,
+            "open_rows": acc["open"],
+            "seconds": round(acc["truth_s"], 3),
+        },
+        config=ctx["ident"]["config"],
+        status={"state": "ok", "reasons": [], "error": None},
+    )
+    runner._say(f"    filter label (each query's own, {len(acc['per_label'])} labels, kept "
+                f"{kept:.4f} on average): recall {recall:.3f} {qps:,.0f} q/s")  # fmt: skip
+    return cell
