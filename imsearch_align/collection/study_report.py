@@ -86,7 +86,16 @@ def leaderboard(df: pd.DataFrame, ks: Sequence[int]) -> str:
     lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
     for _, r in df.iterrows():
         lines.append("| " + " | ".join(_fmt(r[c]).replace("|", "/") for c in cols) + " |")
-    return "\n".join(lines) + "\n"
+    return "\n".join(lines) + "\n" + LEADERBOARD_NOTES
+
+
+#: What the leaderboard's cost columns measure (printed under it).
+LEADERBOARD_NOTES = """
+Build s: a server's wait from the last insert until every row is indexed, loaded and
+counted (Milvus), plus FAISS's IVF k-means; FAISS builds as it adds, so its HNSW graph
+and IVF list assignment are in insert rows/s. Memory: a server's resident memory
+(Milvus), the bytes a FAISS index holds (counted from its structures).
+"""
 
 
 def _ok(cells: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
