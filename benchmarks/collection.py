@@ -42,6 +42,12 @@ for ``--concurrency-duration`` seconds (threads in-process, processes for a
 server; :mod:`imsearch_align.collection.extras`): one ``kind: concurrency``
 cell per level, with the saturation point printed.
 
+``distractors.md`` puts the distractors beside the split's documents for each
+method, raw and aligned (mean pairwise cosine, spectrum, nearest-neighbour
+cosines) and how close the queries come to each
+(:mod:`imsearch_align.collection.geometry_report`): distractors far closer to
+the queries than the documents are would explain a collapse real data would not show.
+
 Writes into ``--out``: one JSON per cell (``kind: collection_scale``, read by
 ``imsearch-align report``), ``collection.csv``, ``leaderboard.md`` and the
 figures (quality against queries/s per size, quality against size). The
@@ -64,6 +70,8 @@ import sys
 import time
 from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
@@ -348,6 +356,7 @@ def _run(args, base, study, settings, sources, sizes, cells, argv, filtered, ext
     from imsearch_align.collection.label_filter import LabelPlan
     from imsearch_align.collection.prepare import prepare
     from imsearch_align.collection.study import CellBase, CellRunner
+    from imsearch_align.framework.atomic import atomic_write
     from imsearch_align.framework.interfaces import StoreUnavailableError
 
     runner = CellRunner(
@@ -371,6 +380,7 @@ def _run(args, base, study, settings, sources, sizes, cells, argv, filtered, ext
     runner.filtered_cells = filtered  # the caller's lists: kept when interrupted
     runner.concurrency_cells = extra["concurrency"]
     extra["seconds"] = runner.seconds
+    reports: list[str] = ["# The distractors beside the split\n"]
     command = ["python", "benchmarks/collection.py", *(sys.argv[1:] if argv is None else argv)]
     down: set[str] = set()
     for direction in args.directions:
@@ -385,6 +395,9 @@ def _run(args, base, study, settings, sources, sizes, cells, argv, filtered, ext
                     flush=True,
                 )
                 prep = prepare(cfg, study, direction, args.queries, progress=not args.no_progress)
+                if max(sizes) > 0:
+                    reports.append(_geometry(study, cfg, prep, src, method, direction))
+                    atomic_write(Path(args.out) / "distractors.md", "\n".join(reports))
                 for size in sizes:
                     coll = CollectionBlocks(
                         prep.doc_ids,
@@ -418,6 +431,23 @@ def _run(args, base, study, settings, sources, sizes, cells, argv, filtered, ext
                             down.add(s.store)
                             print(f"  {s.store} unreachable ({exc}); its other cells are not run",
                                   file=sys.stderr)  # fmt: skip
+
+
+def _geometry(study: Any, cfg: Any, prep: Any, src: Any, method: str, direction: str) -> str:
+    """The distractors beside the split's documents (``distractors.md``; see
+    :mod:`imsearch_align.collection.geometry_report`)."""
+    from imsearch_align.collection.geometry_report import distractor_report
+    from imsearch_align.datasets.base import TEST_SPLIT
+
+    data = study.load(cfg)
+    mod = prep.doc_modality
+    prov = data.image_provider if mod == "image" else data.text_provider
+    rows = study.embedding_rows(data.dataset, prov, mod, prep.doc_ids, split=TEST_SPLIT,
+                                config=cfg, progress=False)  # fmt: skip
+    text = distractor_report(prep, np.asarray(rows[: len(prep.doc_ids)]), src,
+                             title=f"{method}, {direction}: {src.name}", seed=cfg.seed)  # fmt: skip
+    print(f"  {method}: the distractors beside the split in distractors.md", file=sys.stderr)
+    return text
 
 
 def _params(method: str, n: int | None, base: Any, study: Any) -> dict[str, Any]:

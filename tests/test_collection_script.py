@@ -135,6 +135,23 @@ def test_the_study_end_to_end_with_faiss(study, emb, tmp_path, capsys):
         assert (out / name).stat().st_size > 0
     html = write_report(out).read_text()
     assert "Pareto frontier" in html
+    geo = (out / "distractors.md").read_text()
+    for head in ("## csa, t2i: synthetic", "## procrustes, t2i: synthetic"):
+        assert head in geo
+    assert geo.count("mean pairwise cosine") == 4 and geo.count("| q0.5 |") == 2
+
+
+def test_best_match_quantiles_are_each_querys_largest_cosine():
+    from imsearch_align.collection.geometry_report import best_match_quantiles
+
+    rng = np.random.default_rng(0)
+    q, d = rng.standard_normal((50, 8)), rng.standard_normal((30, 8)) * 3.0
+    cos = (q / np.linalg.norm(q, axis=1, keepdims=True)) @ (
+        d / np.linalg.norm(d, axis=1, keepdims=True)
+    ).T
+    got = best_match_quantiles(q, d)
+    assert got["q0.5"] == pytest.approx(np.median(cos.max(axis=1)), abs=1e-12)
+    assert got["q0.1"] <= got["q0.5"] <= got["q0.9"]
 
 
 def test_skip_existing_resumes_without_rebuilding(study, emb, tmp_path, capsys):

@@ -21,7 +21,8 @@ speeds), :mod:`.cell_files` (a cell's identity and file), :mod:`.study` (the
 cells), :mod:`.study_report` (CSV, leaderboard, figures), :mod:`.filters` and
 :mod:`.filtered_study` (filtered search), :mod:`.label_filter` and
 :mod:`.label_cell` (search within the dataset's own class labels), :mod:`.extras` (filtered and
-concurrent search on each build's deployable setting); :mod:`.cost_model` (a
+concurrent search on each build's deployable setting), :mod:`.geometry_report`
+(the distractors beside the split, ``distractors.md``); :mod:`.cost_model` (a
 Milvus cluster for 10M and 100M vectors) and :mod:`.cost_inputs` (its
 measured inputs, read from a study's cells).
 
