@@ -49,6 +49,7 @@ from imsearch_align.collection.measure import (
     harness_memory,
     insert_collection,
     open_store,
+    release_freed_memory,
     search_batched,
     search_latency,
 )
@@ -330,6 +331,7 @@ class CellRunner:
                 store.drop_collection(state["name"])
         finally:
             store.close()
+            release_freed_memory()
 
 
 def _json_default(v: Any) -> Any:
