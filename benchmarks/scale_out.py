@@ -1,9 +1,11 @@
-"""The cost model's measured inputs, derived from a collection study's results folder.
+"""The cost model's measured inputs, derived from collection studies' results folders.
 
-    python benchmarks/scale_out.py benchmarks/results/collection_full             # print them
-    python benchmarks/scale_out.py benchmarks/results/collection_full --write     # and store them
+    python benchmarks/scale_out.py benchmarks/results/collection_default \
+        benchmarks/results/collection_production                   # print them
+    python benchmarks/scale_out.py benchmarks/results/collection_default \
+        benchmarks/results/collection_production --write           # and store them
 
-Reads the clean cells of one store (``--store``, default milvus) in RESULTS_DIR
+Reads the clean cells of one store (``--store``, default milvus) in RESULTS_DIR...
 (:func:`imsearch_align.collection.cost_inputs.inputs_from_cells`) and prints
 each figure, its value and its source. Figures the folder lacks are kept
 from the current inputs file. ``--write`` stores them in the inputs file
@@ -76,7 +78,9 @@ def _value(fig: dict[str, Any]) -> str:
 def main(argv: list[str] | None = None) -> int:
     """Derive, print and (``--write``) store the inputs (exit status in the docstring)."""
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("results", type=Path, help="a results folder of benchmarks/collection.py")
+    ap.add_argument(
+        "results", type=Path, nargs="+", help="results folders of benchmarks/collection.py"
+    )
     ap.add_argument("--store", default="milvus", help="the store whose cells count")
     ap.add_argument("--write", action="store_true", help="store the inputs, regenerate the doc")
     ap.add_argument("--inputs", type=Path, default=INPUTS, help="the inputs file")
@@ -108,7 +112,9 @@ def _derive(args: argparse.Namespace) -> tuple[dict[str, Any], str]:
         generated(MeasuredInputs.from_dict(inputs))  # every index type has its figures
     except (KeyError, TypeError, ZeroDivisionError) as exc:
         why = exc.args[0] if isinstance(exc, KeyError) and exc.args else exc
-        raise ValueError(f"the inputs from {args.results} (store {args.store}): {why}") from exc
+        raise ValueError(
+            f"the inputs from {', '.join(map(str, args.results))} (store {args.store}): {why}"
+        ) from exc
     if not args.write:
         return inputs, ""
     doc = args.doc.read_text(encoding="utf-8")

@@ -28,7 +28,7 @@ from __future__ import annotations
 import json
 import re
 import shlex
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -312,12 +312,16 @@ def _fill(table: dict[str, Any], previous: Mapping[str, Any] | None, what: str) 
 
 
 def inputs_from_cells(
-    folder: str | Path, *, store: str = "milvus", previous: Mapping[str, Any] | None = None
+    folder: str | Path | Sequence[str | Path],
+    *,
+    store: str = "milvus",
+    previous: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The JSON layout of ``scale_out_inputs.json`` from the cells in ``folder``.
 
     Args:
-        folder: a results folder of ``benchmarks/collection.py``.
+        folder: a results folder of ``benchmarks/collection.py``, or several (their
+            cells are read together: the default study and a production-conditions one).
         store: the store whose cells count (``milvus``, ``faiss``...).
         previous: the old inputs; figures the folder lacks are kept from it.
 
@@ -326,9 +330,12 @@ def inputs_from_cells(
         ValueError: the insert rate or the concurrency curve is neither in the
             folder nor in ``previous``.
     """
-    if not Path(folder).is_dir():
-        raise NoCellsError(f"{folder} is not a folder (store {store!r})")
-    cells = read_cells(folder, store)
+    folders = [folder] if isinstance(folder, str | Path) else list(folder)
+    for f in folders:
+        if not Path(f).is_dir():
+            raise NoCellsError(f"{f} is not a folder (store {store!r})")
+    folder = ", ".join(str(f) for f in folders)
+    cells = [c for f in folders for c in read_cells(f, store)]
     if not cells:
         raise NoCellsError(f"{folder} holds no clean cell of store {store!r}")
     label = _store_label(cells, store)
