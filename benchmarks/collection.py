@@ -95,6 +95,7 @@ DEFAULT_INDEX = {
     "milvus-lite": ("milvus-lite:FLAT", "milvus-lite:IVF_FLAT:nprobe=8"),
     "exact": ("exact:flat",),
     "qdrant-local": ("qdrant-local:flat",),
+    "lancedb": ("lancedb:flat",),
 }
 QUICK_INDEX = {
     "faiss": (

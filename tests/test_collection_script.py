@@ -301,3 +301,26 @@ def test_a_labelled_dataset_adds_a_search_within_each_querys_label(study, tmp_pa
     per = label["filter"]["per_label"]
     assert sum(v["queries"] for v in per) == label["queries"] == 40
     assert 0 < label["filter"]["kept_share"] < 1
+
+
+def test_lancedb_joins_the_study(study, emb, tmp_path, capsys):
+    """LanceDB embedded: flat is exact (FAISS flat's measures), its IVF is rebuilt for each
+    nprobe (it has no search-time setter) and its table's bytes are the cell's disk."""
+    pytest.importorskip("lancedb")
+    out = tmp_path / "out"
+    argv = _argv(emb, out, tmp_path, "--methods", "procrustes", "--sizes", "1500",
+                 "--stores", "faiss", "lancedb", "--index", "faiss:flat", "lancedb:flat",
+                 "lancedb:ivf_flat:nlist=16,nprobe=2,16")  # fmt: skip
+    assert study.main(argv) == 0, capsys.readouterr().err
+    cells = [json.loads(p.read_text()) for p in out.glob("*.json")]
+    flat = next(c for c in cells if c["store"] == "faiss")
+    lance = {c["index"]["type"] + str(c["index"]["search_params"]): c for c in cells
+             if c["store"] == "lancedb"}  # fmt: skip
+    assert set(lance) == {"flat{}", "ivf_flat{'nprobe': 2}", "ivf_flat{'nprobe': 16}"}
+    exact = lance["flat{}"]
+    assert exact["metrics"]["t2i/ann_recall@10"] == 1.0 and exact["disk_bytes"] > 0
+    for m in ("t2i/HitRate@10", "t2i/nDCG@10"):
+        assert exact["metrics"][m] == pytest.approx(flat["metrics"][m], abs=1e-9)
+    full = lance["ivf_flat{'nprobe': 16}"]
+    assert full["index"]["sweep"] == "rebuilt"
+    assert full["metrics"]["t2i/ann_recall@10"] == pytest.approx(1.0, abs=0.02)  # nprobe = nlist

@@ -64,7 +64,7 @@ def open_store(
     from imsearch_align.framework.registry import STORES as REGISTRY
 
     factory = REGISTRY.get(STORES[s.store].registry)
-    if s.store in ("milvus-lite", "qdrant-local"):
+    if s.store in ("milvus-lite", "qdrant-local", "lancedb"):
         Path(workdir).mkdir(parents=True, exist_ok=True)
     if s.store == "faiss":
         return factory(index=s.index_type, **build, **search)
@@ -79,6 +79,8 @@ def open_store(
         )
     if s.store == "qdrant-local":
         return factory(path=str(Path(workdir) / "qdrant_local"), exact=True)
+    if s.store == "lancedb":
+        return factory(str(Path(workdir) / "lancedb"), index=s.index_type, **build, **search)
     return factory()
 
 

@@ -24,7 +24,8 @@ segment), and ``nprobe`` values above it are capped.
 Store modes (:data:`STORES`): ``faiss`` and ``exact`` in this process,
 ``milvus-lite`` (Milvus Lite in this process, a database in the output
 folder), ``milvus`` (a server at a URI), ``qdrant-local`` (Qdrant's local
-mode, exact search on the client). :func:`check_size` refuses a collection
+mode, exact search on the client), ``lancedb`` (LanceDB embedded, a table
+in the output folder: flat is exact, ``ivf_flat`` is rebuilt per ``nprobe``). :func:`check_size` refuses a collection
 larger than a mode can serve (Milvus Lite above 1M rows, Qdrant local above
 100k), naming the size and the alternative. Every check raises
 :class:`SettingError` (a ``ValueError``) before any work.
@@ -85,6 +86,7 @@ STORES: dict[str, StoreMode] = {
         "Qdrant's local mode searches by brute force on the client (4-11 q/s at 100k); use "
         "a Qdrant server, or faiss / milvus",
     ),
+    "lancedb": StoreMode("lancedb", "lancedb"),
 }
 #: Index types Milvus Lite refuses although a Milvus server takes them.
 LITE_REFUSED = frozenset({"IVF_PQ", "DISKANN"})
@@ -107,6 +109,8 @@ def index_types(store: str) -> dict[str, tuple[tuple[str, ...], tuple[str, ...]]
         return out
     if store in ("exact", "qdrant-local"):
         return {"flat": ((), ())}
+    if store == "lancedb":  # embedded, on disk; its IVF takes nprobe per build (rebuilt)
+        return {"flat": ((), ()), "ivf_flat": (("nlist",), ("nprobe",))}
     raise SettingError(f"unknown store {store!r}; choose from {', '.join(STORES)}")
 
 

@@ -290,8 +290,8 @@ class CellRunner:
     def _disk(self, s: IndexSetting) -> int | None:
         if s.store == "milvus-lite":
             return disk_bytes(self.work / "milvus_lite.db")
-        if s.store == "qdrant-local":
-            return disk_bytes(self.work / "qdrant_local")
+        if s.store in ("qdrant-local", "lancedb"):
+            return disk_bytes(self.work / s.store.replace("-", "_"))
         return None
 
     def _failed(
