@@ -13,7 +13,7 @@ if TYPE_CHECKING:
     from imsearch_align.collection.settings import IndexSetting
     from imsearch_align.collection.study import CellBase
 
-__all__ = ["FORMAT", "cell_identity", "cell_path", "load_clean"]
+__all__ = ["FORMAT", "cell_identity", "cell_path", "load_clean", "read_ok"]
 
 #: The ``format`` of a collection-scale cell.
 FORMAT = "collection-cell/1"
@@ -48,11 +48,19 @@ def cell_path(out: Path, ident: dict[str, Any]) -> Path:
     return Path(out) / (re.sub(r"[^A-Za-z0-9._=+-]+", "-", "_".join(parts)) + ".json")
 
 
-def load_clean(path: Path) -> dict[str, Any] | None:
-    """The cell stored at ``path`` when it finished ok (else None: run it again)."""
+def read_ok(path: Path) -> dict[str, Any] | None:
+    """The JSON object stored at ``path`` when its ``status.state`` is ok (else None:
+    missing, unreadable, failed)."""
     try:
         data = json.loads(Path(path).read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return None
     ok = isinstance(data, dict) and (data.get("status") or {}).get("state") == "ok"
-    return data if ok and data.get("format") == FORMAT else None
+    return data if ok else None
+
+
+def load_clean(path: Path) -> dict[str, Any] | None:
+    """The collection-scale cell stored at ``path`` when it finished ok (else None: run it
+    again)."""
+    data = read_ok(path)
+    return data if data is not None and data.get("format") == FORMAT else None

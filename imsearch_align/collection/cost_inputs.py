@@ -69,18 +69,13 @@ def _get(d: Mapping[str, Any] | None, path: str) -> Any:
 def read_cells(folder: str | Path, store: str) -> list[Cell]:
     """The clean ``collection_scale`` and ``concurrency`` cells of ``store`` in
     ``folder``, as ``(file name, cell)`` in file-name order."""
+    from imsearch_align.collection.cell_files import read_ok
+
     out = []
     for path in sorted(Path(folder).glob("*.json")):
-        try:
-            data = json.loads(path.read_text(encoding="utf-8"))
-        except (OSError, ValueError):
-            continue
-        if (
-            isinstance(data, dict)
-            and data.get("kind") in ("collection_scale", "concurrency")
-            and data.get("store") == store
-            and _get(data, "status.state") == "ok"
-        ):
+        data = read_ok(path)
+        kind = None if data is None else data.get("kind")
+        if kind in ("collection_scale", "concurrency") and data.get("store") == store:
             out.append((path.name, data))
     return out
 

@@ -21,7 +21,6 @@ whose every cell and extra is reused is not built.
 
 from __future__ import annotations
 
-import json
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -89,16 +88,10 @@ class ConcurrencyPlan:
 
     def reuse(self, path: Path) -> list[dict[str, Any]] | None:
         """The clean cells of every level measured before on the cell at ``path``, else None."""
-        found = []
-        for lv in self.levels:
-            try:
-                data = json.loads(self.path(path, lv).read_text(encoding="utf-8"))
-            except (OSError, ValueError):
-                return None
-            if not isinstance(data, dict) or (data.get("status") or {}).get("state") != "ok":
-                return None
-            found.append(data)
-        return found
+        from imsearch_align.collection.cell_files import read_ok
+
+        found = [read_ok(self.path(path, lv)) for lv in self.levels]
+        return found if all(found) else None
 
     def measure(
         self, runner: Any, store: Any, name: str, prep: Any, ctx: dict[str, Any]

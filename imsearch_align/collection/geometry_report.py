@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from imsearch_align.collection.stats import describe, side_by_side
+from imsearch_align.collection.stats import describe, sample_rows, side_by_side
 
 __all__ = ["best_match_quantiles", "distractor_report"]
 
@@ -42,17 +42,6 @@ def best_match_quantiles(queries: np.ndarray, docs: np.ndarray) -> dict[str, flo
     return {f"q{q}": float(np.quantile(best, q)) for q in QUANTILES}
 
 
-def _head_rows(source: Any, n: int) -> np.ndarray:
-    """The first ``n`` raw rows of a distractor source (read block by block)."""
-    parts, got = [], 0
-    for _, block in source.head(min(n, source.n_rows)).blocks():
-        parts.append(np.asarray(block, dtype=np.float32))
-        got += len(block)
-        if got >= n:
-            break
-    return np.concatenate(parts)[:n] if parts else np.zeros((0, source.dim), np.float32)
-
-
 def distractor_report(
     prep: Any, raw_docs: np.ndarray, source: Any, *, title: str, sample: int = 2000, seed: int = 0
 ) -> str:
@@ -65,16 +54,15 @@ def distractor_report(
         title: the section's heading.
         sample: rows of each set sampled (the distractors: the source's first ones).
     """
-    raw_d = _head_rows(source, sample)
+    head = source.head(min(sample, source.n_rows))
+    raw_d = sample_rows(head, sample, seed)[0]  # every row of the head, in order
     fn = (
         prep.method.transform_images
         if prep.doc_modality == "image"
         else prep.method.transform_texts
     )
     aligned_d = np.asarray(fn(raw_d), dtype=np.float32) if len(raw_d) else raw_d
-    rng = np.random.default_rng(seed)
-    pick = np.sort(rng.choice(len(prep.docs), min(sample, len(prep.docs)), replace=False))
-    docs = np.asarray(prep.docs)[pick]
+    docs = sample_rows(np.asarray(prep.docs), sample, seed)[0]
     q = np.asarray(prep.queries)[: min(1000, len(prep.queries))]
     near_docs = best_match_quantiles(q, docs)
     near_dis = best_match_quantiles(q, aligned_d[: len(docs)])

@@ -142,10 +142,10 @@ def release_freed_memory() -> None:
     name = ctypes.util.find_library("c")
     try:
         libc = ctypes.CDLL(name) if name else None
-        if libc is not None and hasattr(libc, "malloc_trim"):
-            libc.malloc_trim(0)
-    except OSError:
-        pass
+    except OSError:  # no C library to load: nothing to hand back
+        return
+    if libc is not None and hasattr(libc, "malloc_trim"):
+        libc.malloc_trim(0)
 
 
 def disk_bytes(path: str | os.PathLike) -> int | None:

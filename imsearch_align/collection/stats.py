@@ -27,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["SpaceStats", "describe", "side_by_side"]
+__all__ = ["SpaceStats", "describe", "sample_rows", "side_by_side"]
 
 #: Quantiles of the nearest-neighbour cosine that :func:`describe` reports.
 QUANTILES = (0.01, 0.1, 0.5, 0.9, 0.99)
@@ -62,7 +62,7 @@ class SpaceStats:
         return d
 
 
-def _sample_rows(data: Any, sample: int, seed: int) -> tuple[np.ndarray, int]:
+def sample_rows(data: Any, sample: int, seed: int) -> tuple[np.ndarray, int]:
     """``(rows, n)``: a seeded sample of ``data``'s rows (in row order) and its size."""
     rng = np.random.default_rng(seed)
     if hasattr(data, "blocks") or hasattr(data, "n_rows"):
@@ -96,7 +96,7 @@ def describe(data: Any, *, sample: int = 2000, seed: int = 0, top: int = 10) -> 
         seed: seeds the sample.
         top: singular directions reported in ``spectrum``.
     """
-    rows, n = _sample_rows(data, int(sample), seed)
+    rows, n = sample_rows(data, int(sample), seed)
     X = rows.astype(np.float64)
     m, d = X.shape
     norms = np.linalg.norm(X, axis=1)
