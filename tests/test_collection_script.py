@@ -324,3 +324,29 @@ def test_lancedb_joins_the_study(study, emb, tmp_path, capsys):
     full = lance["ivf_flat{'nprobe': 16}"]
     assert full["index"]["sweep"] == "rebuilt"
     assert full["metrics"]["t2i/ann_recall@10"] == pytest.approx(1.0, abs=0.02)  # nprobe = nlist
+
+
+def test_a_failed_concurrency_run_is_failed_cells_and_exit_1(
+    study, emb, tmp_path, capsys, monkeypatch
+):
+    """A client run that fails leaves one failed cell per level, named, and a non-zero exit;
+    the unfiltered cells of the build are still written."""
+    import imsearch_align.concurrency as conc
+
+    def broken(*a, **k):
+        raise conc.ConcurrencyRunError("client process 1: could not open the store")
+
+    monkeypatch.setattr(conc, "run_concurrent", broken)
+    out = tmp_path / "out"
+    argv = _argv(emb, out, tmp_path, "--methods", "procrustes", "--sizes", "600",
+                 "--index", "faiss:flat", "--concurrency", "1", "2",
+                 "--concurrency-duration", "0.2")  # fmt: skip
+    assert study.main(argv) == 1
+    cap = capsys.readouterr()
+    assert "failed concurrency: ConcurrencyRunError: client process 1" in cap.err
+    assert "concurrency: 0/2 cells ok" in cap.out
+    failed = [json.loads(p.read_text()) for p in out.glob("concurrency-*.json")]
+    assert sorted(c["concurrency"] for c in failed) == [1, 2]
+    assert all(c["status"]["state"] == "failed" for c in failed)
+    (plain,) = [json.loads(p.read_text()) for p in out.glob("*.json") if not p.name.startswith("c")]
+    assert plain["status"]["state"] == "ok"
