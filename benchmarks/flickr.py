@@ -50,30 +50,11 @@ from imsearch_align.experiment import (
 )
 from imsearch_align.experiment.report import HEADLINE_LEGEND, fmt, text_table
 from imsearch_align.framework.interfaces import StoreUnavailableError
+from imsearch_align.study.data import base_config, method_params
+from imsearch_align.study.data import dataset_spec as _dataset_spec
 
-DEFAULT_IMAGE_ENCODER = ("hf-image", {"model": "facebook/dinov2-base"})
-DEFAULT_TEXT_ENCODER = (
-    "sentence-transformers",
-    {"model": "sentence-transformers/all-MiniLM-L6-v2"},
-)
-OFFLINE_IMAGE_ENCODER = ("efficientnet-lite0", {})
-OFFLINE_TEXT_ENCODER = ("sentence-transformers", {"model": "all-MiniLM-L6-v2"})
 FULL_N = (1000, 5000, 10000, 29000)
 QUICK_N = (250, 1000)
-
-
-def method_params(method: str, n: int, dims: tuple[int, int]) -> dict[str, Any]:
-    """Method parameters valid at every N of the sweep (``n`` = its smallest N),
-    the same for the whole sweep so a learning curve varies N alone.
-
-    CSA needs a ridge when N does not exceed the dimensions (ridge CCA);
-    ASIF keeps at most N anchors non-zero.
-    """
-    if method == "csa":
-        return {"eps": 1e-3} if n - 1 <= max(dims) else {}
-    if method == "asif":
-        return {"non_zeros": min(800, n)}
-    return {}
 
 
 STORE_CHOICES = ("faiss", "exact", "milvus-lite", "milvus")
@@ -100,32 +81,10 @@ def store_spec(store: str, out: Path, uri: str | None) -> tuple[str, dict[str, A
 
 def dataset_spec(args: argparse.Namespace) -> tuple[str, dict[str, Any], bool]:
     """(DATASETS name, params, offline?) from --data / --embeddings / --shapes."""
-    if args.embeddings:
-        d = Path(args.embeddings).expanduser()
-        for name in ("image.npy", "text.npy"):
-            if not (d / name).is_file():
-                raise UsageError(
-                    f"--embeddings {str(d)!r}: no {name} there (expected image.npy and text.npy, "
-                    "rows aligned with the images and captions, and optionally text_image.npy)"
-                )
-        params: dict[str, Any] = {
-            "image_path": str(d / "image.npy"),
-            "text_path": str(d / "text.npy"),
-        }
-        if (d / "text_image.npy").exists():
-            # By path, never inline: the 158,915-entry list would fill every result file.
-            params["text_image"] = str(d / "text_image.npy")
-        return "precomputed", params, True
-    if args.shapes:
-        root = Path(
-            args.shapes_root or (Path(".cache") / "shapes" / f"n{args.shapes}-s{args.seed}")
-        )
-        return "shapes", {"root": str(root), "n_images": args.shapes, "seed": args.seed}, True
-    if args.data:
-        if not Path(args.data).expanduser().is_dir():
-            raise UsageError(f"--data {args.data!r} is not a folder")
-        return "flickr30k", {"root": args.data}, False
-    return "flickr30k", {"source": "hub"}, False
+    return _dataset_spec(
+        data=args.data, embeddings=args.embeddings, shapes=args.shapes,
+        shapes_root=args.shapes_root, seed=args.seed,
+    )  # fmt: skip
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -305,31 +264,12 @@ def _base_config(
     args: argparse.Namespace, dataset: str, dparams: dict[str, Any], offline: bool
 ) -> ExperimentConfig:
     """What every cell shares: data, encoders, cut-offs, seed."""
-    if args.embeddings:
-        ienc, tenc = [None, {}], [None, {}]
-    else:
-        ienc = list(OFFLINE_IMAGE_ENCODER if offline else DEFAULT_IMAGE_ENCODER)
-        tenc = list(OFFLINE_TEXT_ENCODER if offline else DEFAULT_TEXT_ENCODER)
-        if args.image_encoder:
-            ienc = [args.image_encoder, {}]
-        if args.image_model:
-            ienc[1] = {"model": args.image_model}
-        if args.text_encoder:
-            tenc = [args.text_encoder, {}]
-        if args.text_model:
-            tenc[1] = {"model": args.text_model}
-    return ExperimentConfig(
-        dataset=dataset,
-        dataset_params=dparams,
-        image_encoder=ienc[0],
-        image_encoder_params=ienc[1],
-        text_encoder=tenc[0],
-        text_encoder_params=tenc[1],
-        k_values=tuple(args.k),
-        seed=args.seed,
-        cache_dir=None if str(args.cache_dir).lower() == "none" else args.cache_dir,
-        name="flickr",
-    )
+    return base_config(
+        dataset, dparams, offline=offline, precomputed=bool(args.embeddings),
+        image_encoder=args.image_encoder, image_model=args.image_model,
+        text_encoder=args.text_encoder, text_model=args.text_model,
+        k=tuple(args.k), seed=args.seed, cache_dir=args.cache_dir, name="flickr",
+    )  # fmt: skip
 
 
 def _cells(

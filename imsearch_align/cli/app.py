@@ -21,6 +21,7 @@ from imsearch_align.cli.embed import add_embed_command
 from imsearch_align.cli.listing import add_list_command
 from imsearch_align.cli.report import add_report_commands
 from imsearch_align.cli.run import Terminated, add_run_commands
+from imsearch_align.cli.study import add_study_command
 from imsearch_align.report_html.cli import add_report_command
 
 __all__ = ["build_parser", "main", "verbosity"]
@@ -77,6 +78,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     sub.required = True
     add_run_commands(sub, [plugin])
+    add_study_command(sub, [plugin])
     add_report_commands(sub, [plugin])
     add_report_command(sub, [plugin])
     add_embed_command(sub, [plugin])
@@ -88,7 +90,7 @@ def build_parser() -> argparse.ArgumentParser:
 #: Commands that run work with the registries' names: a plug-in module of
 #: IMSEARCH_ALIGN_PLUGINS that fails to import stops them, as a --plugin one does
 #: (``list`` and ``doctor`` report it instead).
-_STRICT_ENV_PLUGINS = ("eval", "sweep", "embed")
+_STRICT_ENV_PLUGINS = ("eval", "sweep", "study", "embed")
 
 
 def _load_plugins(modules: Sequence[str] | None, command: str) -> None:

@@ -25,7 +25,14 @@ from typing import Any
 from imsearch_align.cli.common import UsageError, note, warn
 from imsearch_align.cli.config_flags import add_config_flags, config_mapping, value_type
 
-__all__ = ["Terminated", "add_run_commands", "cmd_eval", "cmd_sweep", "exit_status"]
+__all__ = [
+    "Terminated",
+    "add_run_commands",
+    "cmd_eval",
+    "cmd_sweep",
+    "exit_status",
+    "sigterm_as_ctrl_c",
+]
 
 #: The config field a sweep varies by an axis flag of the same name (a list).
 _SWEPT = ("n_support",)
@@ -36,7 +43,7 @@ class Terminated(KeyboardInterrupt):
     stops as on Ctrl-C (queued batches cancelled, finished ones checkpointed)."""
 
 
-def _sigterm_as_ctrl_c(command: Callable[[argparse.Namespace], int]) -> Callable[..., int]:
+def sigterm_as_ctrl_c(command: Callable[[argparse.Namespace], int]) -> Callable[..., int]:
     """While ``command`` runs, SIGTERM raises :class:`Terminated` (main thread only)."""
 
     def _raise(signum: int, frame: Any) -> None:
@@ -217,7 +224,7 @@ def _unsaved(exc: Any) -> int:
     return 1
 
 
-@_sigterm_as_ctrl_c
+@sigterm_as_ctrl_c
 def cmd_eval(args: argparse.Namespace) -> int:
     """``eval``: one experiment."""
     from imsearch_align.experiment import ExperimentError, run_experiment
@@ -290,7 +297,7 @@ def _sweep_table(results: Sequence[Any]) -> str:
     return to_markdown(df, sort=False, columns=cols, bold_best=False)
 
 
-@_sigterm_as_ctrl_c
+@sigterm_as_ctrl_c
 def cmd_sweep(args: argparse.Namespace) -> int:
     """``sweep``: the grid n_support x methods x stores."""
     from imsearch_align.experiment import grid, sweep

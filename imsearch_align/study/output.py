@@ -1,0 +1,94 @@
+"""A study's tables and figures: ``collection.csv``, ``leaderboard.md``, quality against
+queries/s and against size per direction, and the table printed at the end."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from imsearch_align.collection.study_report import (
+    cells_frame,
+    leaderboard,
+    quality_vs_qps,
+    quality_vs_size,
+)
+from imsearch_align.experiment.report import text_table
+from imsearch_align.framework.atomic import atomic_write
+from imsearch_align.study.result import StudyResult
+
+__all__ = ["summary", "write_outputs"]
+
+
+def _columns(k: int) -> list[str]:
+    return ["method", "direction", "store", "index", "search", "size", f"HitRate@{k}",
+            f"HitRate@{k} exact", f"ann_recall@{k}", "q/s", "p50 ms", "insert rows/s",
+            "status"]  # fmt: skip
+
+
+def write_outputs(result: StudyResult) -> dict[str, Path]:
+    """The CSV, the leaderboard and the figures of the sweep cells that ran (none: nothing)."""
+    cells, out, ks = result.cells, result.out, result.spec.ks()
+    if not cells:
+        return {}
+    df = cells_frame(cells, ks)
+    paths = {"csv": out / "collection.csv", "leaderboard": out / "leaderboard.md"}
+    atomic_write(paths["csv"], df.to_csv(index=False))
+    atomic_write(paths["leaderboard"], leaderboard(df, ks))
+    for d in result.spec.directions:
+        metric = f"{d}/HitRate@{max(ks)}"
+        mine = [c for c in cells if c.get("direction") == d]
+        qps = quality_vs_qps(mine, metric, out / f"quality_vs_qps_{d}.png",
+                             title=f"{d}: quality vs speed")  # fmt: skip
+        size = quality_vs_size(mine, metric, out / f"quality_vs_size_{d}.png",
+                               title=f"{d}: quality vs size")  # fmt: skip
+        for name, png in ((f"quality_vs_qps_{d}", qps), (f"quality_vs_size_{d}", size)):
+            if png is not None:
+                paths[name] = Path(png)
+    return paths
+
+
+def summary(result: StudyResult) -> str:
+    """The table of the sweep cells and the lines that say how the study ended."""
+    lines: list[str] = []
+    k = max(result.spec.ks())
+    if result.cells:
+        df = cells_frame(result.cells, result.spec.ks())
+        cols = _columns(k)
+        rows = [[_cell_text(v) for v in r] for r in df[cols].itertuples(index=False)]
+        lines += ["", text_table(cols, rows), ""]
+    bad = sum(1 for c in result.cells if (c.get("status") or {}).get("state") != "ok")
+    total = result.seconds.get("total", 0.0)
+    lines.append(f"{len(result.cells) - bad}/{len(result.cells)} cells ok in {total:.0f} s; "
+                 f"results in {result.out}/")  # fmt: skip
+    for name, path in result.outputs.items():
+        if name.startswith("quality_"):
+            lines.append(f"figure:      {path}")
+    if "leaderboard" in result.outputs:
+        lines.append(f"leaderboard: {result.outputs['leaderboard']} (CSV: {result.outputs['csv']})")
+    for kind, found in (("filtered", result.filtered), ("concurrency", result.concurrency)):
+        if found:
+            bad = sum(1 for c in found if (c.get("status") or {}).get("state") != "ok")
+            lines.append(f"{kind + ':':<12} {len(found) - bad}/{len(found)} cells ok (kind "
+                         f"{kind!r}), measured in {result.seconds.get(kind, 0.0):.0f} s")  # fmt: skip
+    for store, error in result.unreachable.items():
+        lines.append(f"{store + ':':<12} unreachable ({error}); its remaining cells were not "
+                     "run: start it and run the same study with --skip-existing")  # fmt: skip
+    for c in result.failed:
+        idx = c.get("index") or {}
+        lines.append(f"failed:      {c.get('kind')} {c.get('method')} {c.get('store')} "
+                     f"{idx.get('type', '')} {idx.get('search_params') or ''}: "
+                     f"{(c.get('status') or {}).get('error')}")  # fmt: skip
+    if result.interrupted:
+        lines.append(f"interrupted after {len(result.all_cells)} cells; run again with "
+                     "--skip-existing")  # fmt: skip
+    return "\n".join(lines)
+
+
+def _cell_text(v: Any) -> str:
+    if v is None or (isinstance(v, float) and v != v):
+        return "-"
+    if isinstance(v, float):
+        return f"{v:,.0f}" if abs(v) >= 100 else f"{v:.3f}"
+    if isinstance(v, int):
+        return f"{v:,}"
+    return str(v)[:60]

@@ -1,0 +1,261 @@
+"""``run_study(spec)``: the collection study, cell by cell, into the spec's output folder.
+
+For each direction, method, support size and distractor count, the split's
+documents plus the first ``size`` distractors are one collection
+(:class:`~imsearch_align.collection.aligned.CollectionBlocks`, aligned by the
+method block by block) with one exact, tie-aware ground truth; every index
+setting of every store is built on it and its search settings swept
+(:class:`~imsearch_align.collection.study.CellRunner`), then filtered and
+concurrency cells measured on each build's deployable setting. Each cell is
+one JSON file; ``skip_existing`` reuses clean ones, so the same spec resumes
+a study that stopped. The tables and figures are written at the end
+(:mod:`imsearch_align.study.output`), also when interrupted.
+"""
+
+from __future__ import annotations
+
+import shutil
+import sys
+import time
+from pathlib import Path
+from typing import Any, TextIO
+
+import numpy as np
+
+from imsearch_align.collection import CollectionBlocks, DistractorError, exact_truth
+from imsearch_align.collection.extras import ConcurrencyPlan
+from imsearch_align.collection.filtered_study import FilterPlan
+from imsearch_align.collection.geometry_report import distractor_report
+from imsearch_align.collection.label_filter import LabelPlan
+from imsearch_align.collection.prepare import MODALITIES, distractor_source, prepare
+from imsearch_align.collection.settings import SettingError, check_size
+from imsearch_align.collection.study import CellBase, CellRunner
+from imsearch_align.datasets.base import TEST_SPLIT
+from imsearch_align.experiment import ExperimentConfig, Study
+from imsearch_align.framework.atomic import atomic_write
+from imsearch_align.framework.interfaces import StoreUnavailableError
+from imsearch_align.study.data import base_config, dataset_spec, method_params
+from imsearch_align.study.output import write_outputs
+from imsearch_align.study.result import StudyResult
+from imsearch_align.study.spec import StudySpec, StudySpecError
+
+__all__ = ["StudyDataError", "run_study"]
+
+
+class StudyDataError(RuntimeError):
+    """The study's data could not be loaded (exit 1 on the command line)."""
+
+
+def study_config(spec: StudySpec) -> ExperimentConfig:
+    """The experiment config every cell of ``spec`` starts from (data, encoders, k, seed)."""
+    dataset, dparams, offline = dataset_spec(
+        data=spec.data, embeddings=spec.embeddings, shapes=spec.shapes,
+        shapes_root=spec.shapes_root, seed=spec.seed,
+    )  # fmt: skip
+    return base_config(
+        dataset, dparams, offline=offline or spec.offline, precomputed=bool(spec.embeddings),
+        image_encoder=spec.image_encoder, image_model=spec.image_model,
+        text_encoder=spec.text_encoder, text_model=spec.text_model,
+        k=spec.ks(), seed=spec.seed, cache_dir=spec.cache_dir, name="collection",
+    )  # fmt: skip
+
+
+def run_study(
+    spec: StudySpec, *, progress: bool = True, log: TextIO | None = None
+) -> StudyResult:
+    """Run every cell of ``spec`` and write its outputs (the module docstring).
+
+    Raises :class:`~imsearch_align.study.spec.StudySpecError` for a spec the
+    data cannot serve (distractors of another dimension, more rows than the
+    source holds, a collection larger than a store mode serves) and
+    :class:`StudyDataError` when the data cannot be loaded; both before any
+    cell runs. Ctrl-C ends the study with the finished cells' outputs
+    written and ``interrupted`` set on the result.
+    """
+    say = _Say(log)
+    base = study_config(spec)
+    study = Study()
+    try:
+        study.load(base)
+    except Exception as exc:
+        raise StudyDataError(f"cannot load the data: {type(exc).__name__}: {exc}") from exc
+    try:
+        sources, sizes = _sources(spec, base, study)
+    except (SettingError, DistractorError) as exc:
+        raise StudySpecError(str(exc)) from None
+    out = Path(spec.out)
+    out.mkdir(parents=True, exist_ok=True)
+    result = StudyResult(spec=spec, out=out)
+    t0 = time.perf_counter()
+    try:
+        _run(spec, base, study, sources, sizes, result, progress, say)
+    except KeyboardInterrupt as exc:
+        result.interrupted, result.stopped_by = True, exc
+    finally:
+        shutil.rmtree(out / ".stores", ignore_errors=True)  # Milvus Lite / Qdrant local data
+        result.seconds["total"] = time.perf_counter() - t0
+        result.outputs = write_outputs(result)
+    return result
+
+
+class _Say:
+    def __init__(self, log: TextIO | None) -> None:
+        self.log = log
+
+    def __call__(self, text: str) -> None:
+        print(text, file=self.log or sys.stderr, flush=True)
+
+
+def _sources(spec: StudySpec, base: Any, study: Study) -> tuple[dict[str, Any], list[int]]:
+    """The distractor source of each direction, the sizes, and the store-mode size checks."""
+    sizes = spec.size_grid()
+    text = spec.distractors or str(max(sizes or [0]))
+    sources = {}
+    ds = study.load(base).dataset
+    for d in spec.directions:
+        src = distractor_source(text, base, study, MODALITIES[d][0], seed=spec.seed)
+        if sizes is None:
+            sizes = [0, src.n_rows]
+        if max(sizes) > src.n_rows:
+            raise StudySpecError(
+                f"--sizes {max(sizes)}: the distractors {src.name!r} hold {src.n_rows} rows"
+            )
+        docs = len(ds.split_ids(TEST_SPLIT, MODALITIES[d][0]))
+        for store in spec.store_modes():
+            check_size(store, docs + max(sizes), what=f"the largest {d} collection")
+        sources[d] = src
+    return sources, sorted(sizes)
+
+
+def _runner(spec: StudySpec, study: Study, base: Any, sizes: list[int], log: Any) -> CellRunner:
+    filters = None
+    if spec.filters:
+        labels = LabelPlan.from_study(study, base)
+        filters = FilterPlan(tuple(spec.filters), seed=spec.seed, labels=labels)
+    concurrency = None
+    if spec.concurrency:
+        concurrency = ConcurrencyPlan(
+            tuple(spec.concurrency), spec.concurrency_duration, at_distractors=max(sizes)
+        )
+    return CellRunner(
+        Path(spec.out), uri=spec.uri, batch=spec.batch, latency_queries=spec.latency_count(),
+        skip_existing=spec.skip_existing, seed=spec.seed, log=log, filters=filters,
+        concurrency=concurrency,
+    )  # fmt: skip
+
+
+def _run(
+    spec: StudySpec,
+    base: Any,
+    study: Study,
+    sources: dict[str, Any],
+    sizes: list[int],
+    result: StudyResult,
+    progress: bool,
+    say: _Say,
+) -> None:
+    """Every cell: direction x method x support size x distractor count x setting."""
+    runner = _runner(spec, study, base, sizes, say.log)
+    runner.filtered_cells = result.filtered  # the result's lists: kept when interrupted
+    runner.concurrency_cells = result.concurrency
+    result.seconds = runner.seconds
+    settings = spec.index_settings()
+    reports: list[str] = ["# The distractors beside the split\n"]
+    command = tuple(spec.command())
+    for direction in spec.directions:
+        src = sources[direction]
+        for method in spec.methods:
+            for n in spec.n or [None]:
+                mp = {**_params(method, min(spec.n) if spec.n else None, base, study),
+                      **spec.method_params.get(method, {})}  # fmt: skip
+                cfg = base.replace(method=method, n_support=n, method_params=mp)
+                say(f"fitting {method} (N={n or 'all'}) for {direction}")
+                prep = prepare(cfg, study, direction, spec.query_count(), progress=progress)
+                if max(sizes) > 0:
+                    reports.append(_geometry(study, cfg, prep, src, method, direction, say))
+                    atomic_write(Path(spec.out) / "distractors.md", "\n".join(reports))
+                for size in sizes:
+                    cb = CellBase(
+                        study.load(cfg).dataset.name, method, direction, size,
+                        len(prep.doc_ids), spec.ks(), _identity(spec, cfg, src, prep), command,
+                    )  # fmt: skip
+                    _collection(spec, prep, src, cb, settings, runner, result, say)
+
+
+def _collection(
+    spec: StudySpec,
+    prep: Any,
+    src: Any,
+    cb: CellBase,
+    settings: list[Any],
+    runner: CellRunner,
+    result: StudyResult,
+    say: _Say,
+) -> None:
+    """Every index setting on one collection (the split's documents and ``cb.distractors``
+    distractors)."""
+    size = cb.distractors
+    coll = CollectionBlocks(
+        prep.doc_ids, prep.docs, src.head(size) if size else None,
+        method=prep.method, modality=prep.doc_modality, block_rows=spec.block_rows,
+    )  # fmt: skip
+    truths: dict[str, Any] = {}
+    k = max(spec.k)
+
+    def truth_of(digest: str) -> Any:
+        if digest not in truths:
+            truths[digest] = exact_truth(
+                prep.queries, prep.query_ids, coll, k, cache_dir=spec.truth_cache,
+                docs_digest=digest, block_rows=spec.block_rows,
+            )  # fmt: skip
+        return truths[digest]
+
+    for s in settings:
+        if s.store in result.unreachable or (s.max_size is not None and size > s.max_size):
+            continue
+        try:
+            result.cells.extend(runner.run(prep, coll, cb, s, truth_of))
+        except StoreUnavailableError as exc:
+            result.unreachable[s.store] = str(exc)
+            say(f"  {s.store} unreachable ({exc}); its other cells are not run")
+
+
+def _geometry(study: Study, cfg: Any, prep: Any, src: Any, method: str, direction: str,
+              say: _Say) -> str:  # fmt: skip
+    """The distractors beside the split's documents (``distractors.md``; see
+    :mod:`imsearch_align.collection.geometry_report`)."""
+    data = study.load(cfg)
+    mod = prep.doc_modality
+    prov = data.image_provider if mod == "image" else data.text_provider
+    rows = study.embedding_rows(data.dataset, prov, mod, prep.doc_ids, split=TEST_SPLIT,
+                                config=cfg, progress=False)  # fmt: skip
+    text = distractor_report(prep, np.asarray(rows[: len(prep.doc_ids)]), src,
+                             title=f"{method}, {direction}: {src.name}", seed=cfg.seed)  # fmt: skip
+    say(f"  {method}: the distractors beside the split in distractors.md")
+    return text
+
+
+def _params(method: str, n: int | None, base: Any, study: Study) -> dict[str, Any]:
+    """The method's parameters for the study's smallest support size (as the Flickr study)."""
+    data = study.load(base)
+    dims = (int(data.image_provider.dim), int(data.text_provider.dim))
+    return method_params(method, n or len(data.support.split_ids("train", "text")), dims)
+
+
+def _identity(spec: StudySpec, cfg: Any, src: Any, prep: Any) -> dict[str, Any]:
+    """What else defines a cell (enters its file key)."""
+    return {
+        "dataset_params": cfg.dataset_params,
+        "encoders": [
+            cfg.image_encoder,
+            cfg.image_encoder_params,
+            cfg.text_encoder,
+            cfg.text_encoder_params,
+        ],
+        "method_params": cfg.method_params,
+        "n_support": prep.n_support,
+        "seed": cfg.seed,
+        "queries": len(prep.query_ids),
+        "batch": spec.batch,
+        "distractors": src.record(),
+    }
