@@ -65,7 +65,9 @@ def add_spec_flags(g: Any) -> None:
         g.add_argument(flag, **kw)
 
 
-def spec_mapping(args: argparse.Namespace, from_file: Mapping[str, Any] | None = None) -> dict[str, Any]:
+def spec_mapping(
+    args: argparse.Namespace, from_file: Mapping[str, Any] | None = None
+) -> dict[str, Any]:
     """The spec's fields: those of ``from_file`` (a ``--config`` file), then the flags given."""
     out = dict(from_file or {})
     for name in StudySpec.field_names():

@@ -60,9 +60,7 @@ def study_config(spec: StudySpec) -> ExperimentConfig:
     )  # fmt: skip
 
 
-def run_study(
-    spec: StudySpec, *, progress: bool = True, log: TextIO | None = None
-) -> StudyResult:
+def run_study(spec: StudySpec, *, progress: bool = True, log: TextIO | None = None) -> StudyResult:
     """Run every cell of ``spec`` and write its outputs (the module docstring).
 
     Raises :class:`~imsearch_align.study.spec.StudySpecError` for a spec the

@@ -63,9 +63,7 @@ class StudySpec:
     """One collection study (see the module docstring; each field's ``help``)."""
 
     data: str | None = _f(None, "local Flickr30k folder", "DIR")
-    embeddings: str | None = _f(
-        None, "folder with image.npy, text.npy (and text_image.npy)", "DIR"
-    )
+    embeddings: str | None = _f(None, "folder with image.npy, text.npy (and text_image.npy)", "DIR")
     shapes: int | None = _f(None, "offline: N rendered shape images", "N_IMAGES")
     shapes_root: str | None = _f(None, "where --shapes writes its folder", "DIR")
     offline: bool = _f(False, "offline encoders (implied by --shapes)")
@@ -111,7 +109,9 @@ class StudySpec:
 
     def __post_init__(self) -> None:
         for f in dataclasses.fields(self):
-            object.__setattr__(self, f.name, _typed(f.name, getattr(self, f.name), _hints()[f.name]))
+            object.__setattr__(
+                self, f.name, _typed(f.name, getattr(self, f.name), _hints()[f.name])
+            )
         _check(self)
         self.index_settings()  # every index setting parses (SettingError -> StudySpecError)
 
@@ -167,7 +167,9 @@ class StudySpec:
     def from_dict(cls, d: Mapping[str, Any]) -> StudySpec:
         """From a mapping (a YAML/JSON file); an unknown key is an error with "did you mean"."""
         if not isinstance(d, Mapping):
-            raise StudySpecError(f"a study spec must be a mapping of fields, got {type(d).__name__}")
+            raise StudySpecError(
+                f"a study spec must be a mapping of fields, got {type(d).__name__}"
+            )
         names = cls.field_names()
         unknown = sorted(set(map(str, d)) - set(names))
         if unknown:
@@ -263,7 +265,9 @@ def _typed(name: str, value: Any, tp: Any) -> Any:
             )
         return tuple(_scalar(name, v, item) for v in value)
     if origin in (Mapping, dict) or tp is Mapping:
-        if not isinstance(value, Mapping) or not all(isinstance(p, Mapping) for p in value.values()):
+        if not isinstance(value, Mapping) or not all(
+            isinstance(p, Mapping) for p in value.values()
+        ):
             raise StudySpecError(
                 f"{_flag(name)} must map each method to a mapping of its parameters, got {value!r}"
             )
@@ -295,7 +299,9 @@ def _check(spec: StudySpec) -> None:
 
     sources = [f for f in ("data", "embeddings", "shapes") if getattr(spec, f) is not None]
     if len(sources) > 1:
-        raise StudySpecError(f"give one of --data, --embeddings, --shapes; got {' and '.join(_flag(s) for s in sources)}")
+        raise StudySpecError(
+            f"give one of --data, --embeddings, --shapes; got {' and '.join(_flag(s) for s in sources)}"
+        )
     _positive(spec)
     for name in ("stores", "methods", "directions", "k"):
         if getattr(spec, name) is not None and not getattr(spec, name):
@@ -322,7 +328,9 @@ def _check(spec: StudySpec) -> None:
         )
     stores = spec.store_modes()
     if "milvus" in stores and not spec.uri:
-        raise StudySpecError("--stores milvus needs --uri http://HOST:PORT (a running Milvus server)")
+        raise StudySpecError(
+            "--stores milvus needs --uri http://HOST:PORT (a running Milvus server)"
+        )
     if spec.uri and "milvus" not in stores:
         raise StudySpecError(
             "--uri is for --stores milvus; --stores milvus-lite keeps its database in --out"
