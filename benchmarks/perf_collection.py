@@ -1,6 +1,6 @@
 """Perf section "collection": the ground truth's speed and the study harness's overhead.
 
-1. :func:`imsearch_align.collection.perf.bench_truth`: the exact, tie-aware
+1. :func:`bench_truth`: the exact, tie-aware
    truth against the blocked GEMM it is built on, same cone-shaped data
    (target: at least half the GEMM's rate).
 2. The harness against plain client calls on the same collection, in the
@@ -40,13 +40,79 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from perf_common import row_maker
 
-from imsearch_align.collection import bench_truth, cone_vectors
+from imsearch_align.collection import cone_vectors
 from imsearch_align.collection.measure import insert_collection, search_batched
 from imsearch_align.collection.settings import auto_nlist
+from imsearch_align.collection.sources import DEFAULT_BLOCK_ROWS
+from imsearch_align.collection.truth import GEMM_CELLS, exact_truth
 
 _row = row_maker("collection")
 DIM, K, BATCH, BLOCK = 256, 10, 100, 8192
 OVERHEAD = 1.10
+
+
+def bench_truth(
+    n_docs: int = 200_000,
+    n_queries: int = 2000,
+    dim: int = 256,
+    *,
+    k: int = 10,
+    block_rows: int = DEFAULT_BLOCK_ROWS,
+    seed: int = 0,
+    repeat: int = 2,
+    quiet: bool = False,
+) -> dict[str, Any]:
+    """Time the blocked GEMM alone and the ground truth over the same data; print both.
+
+    Returns a JSON-ready dict: sizes, the best of ``repeat`` runs of each in
+    seconds, their GFLOP/s (``2 n_queries n_docs dim`` per run) and
+    ``ratio`` = truth rate / GEMM rate.
+    """
+    docs = cone_vectors(n_docs, dim, seed=seed)
+    queries = cone_vectors(n_queries, dim, seed=seed + 1)
+    ids = np.arange(n_docs, dtype=np.int64)
+    flop = 2.0 * n_queries * n_docs * dim
+    buf = np.empty(GEMM_CELLS, dtype=np.float32)
+
+    def gemm_alone() -> None:
+        """The blocked GEMM of the truth, the scores left unread."""
+        for s in range(0, n_docs, block_rows):
+            block = docs[s : s + block_rows]
+            step = max(1, min(n_queries, GEMM_CELLS // len(block)))
+            for q0 in range(0, n_queries, step):
+                S = buf[: min(step, n_queries - q0) * len(block)].reshape(-1, len(block))
+                np.matmul(queries[q0 : q0 + S.shape[0]], block.T, out=S)
+
+    exact_truth(queries[:8], np.arange(8), (ids[:1000], docs[:1000]), k)  # compile the kernels
+    times: dict[str, float] = {"gemm": np.inf, "truth": np.inf}
+    truth = None
+    for _ in range(max(1, repeat)):
+        t0 = time.perf_counter()
+        gemm_alone()
+        times["gemm"] = min(times["gemm"], time.perf_counter() - t0)
+        t0 = time.perf_counter()
+        truth = exact_truth(queries, np.arange(n_queries), (ids, docs), k, block_rows=block_rows)
+        times["truth"] = min(times["truth"], time.perf_counter() - t0)
+    out = {
+        "n_docs": n_docs,
+        "n_queries": n_queries,
+        "dim": dim,
+        "k": k,
+        "block_rows": block_rows,
+        "gemm_s": round(times["gemm"], 3),
+        "truth_s": round(times["truth"], 3),
+        "gemm_gflops": round(flop / times["gemm"] / 1e9, 1),
+        "truth_gflops": round(flop / times["truth"] / 1e9, 1),
+        "ratio": round(times["gemm"] / times["truth"], 3),
+        "open_rows": int((~truth.closed).sum()) if truth is not None else 0,
+    }
+    if not quiet:
+        print(
+            f"collection truth {n_queries} queries x {n_docs} docs x {dim}: GEMM alone "
+            f"{out['gemm_s']} s ({out['gemm_gflops']} GFLOP/s), truth {out['truth_s']} s "
+            f"({out['truth_gflops']} GFLOP/s), ratio {out['ratio']}"
+        )
+    return out
 
 
 def _blocks(X: np.ndarray) -> list[tuple[np.ndarray, np.ndarray]]:

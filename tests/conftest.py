@@ -100,3 +100,27 @@ def own_lite_server(tmp_path: Path) -> Iterator[ServerHandle]:
 def dead_lite_server(own_lite_server: ServerHandle) -> ServerHandle:
     """``own_lite_server`` under the name of a test that kills it."""
     return own_lite_server
+
+
+# ----------------------------------------------------------------------------- benchmark scripts
+
+BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
+
+
+def _load_benchmark(name: str, module_name: str | None = None):
+    """``benchmarks/<name>.py`` loaded as a module (scripts, not package modules)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(
+        module_name or f"benchmark_{name}", BENCHMARKS / f"{name}.py"
+    )
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+@pytest.fixture(scope="session")
+def load_benchmark():
+    """``load_benchmark(name, module_name=None)``: a benchmark script as a module, whose
+    ``main(argv)`` a test calls (the package never reads the checkout's ``benchmarks/``)."""
+    return _load_benchmark

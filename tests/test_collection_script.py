@@ -14,13 +14,13 @@ import pytest
 
 from imsearch_align.collection import cone_vectors
 from imsearch_align.collection.settings import SettingError, auto_nlist, parse_index, resolve
-from imsearch_align.testing.scripts import load_benchmark, write_cone_pairs
+from imsearch_align.testing.scripts import write_cone_pairs
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture(scope="module")
-def study():
+def study(load_benchmark):
     return load_benchmark("collection", "collection_script")
 
 

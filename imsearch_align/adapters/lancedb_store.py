@@ -26,6 +26,8 @@ from __future__ import annotations
 
 import logging
 import os
+import shutil
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -58,7 +60,9 @@ class LanceDBStore(FilterableStore):
 
     Args:
         path: database directory (created if missing); data persist there
-            and are found again by a new store on the same path.
+            and are found again by a new store on the same path. None (the
+            default): a fresh temporary directory this store owns and removes
+            on :meth:`close` (never the working directory).
         index: ``"flat"`` (exact brute force, the default) or ``"ivf_flat"``
             (IVF partitions of full vectors; approximate).
         nlist: IVF partitions (``ivf_flat``); capped at the row count.
@@ -78,7 +82,7 @@ class LanceDBStore(FilterableStore):
 
     def __init__(
         self,
-        path: str | os.PathLike = "lancedb_data",
+        path: str | os.PathLike | None = None,
         *,
         index: str = "flat",
         nlist: int = 64,
@@ -88,7 +92,8 @@ class LanceDBStore(FilterableStore):
         super().__init__()
         if index not in _INDEXES:
             raise ValueError(f"index must be one of {list(_INDEXES)}, got {index!r}")
-        self.path = Path(path)
+        self._owned = path is None
+        self.path = Path(tempfile.mkdtemp(prefix="imsearch-lancedb-") if path is None else path)
         self.index = index
         self.nlist = check_int(nlist, "nlist", low=1)
         self.nprobe = check_int(nprobe, "nprobe", low=1)
@@ -243,9 +248,12 @@ class LanceDBStore(FilterableStore):
         info.state = None
 
     def close(self) -> None:
-        """Forget the open tables; the data stay on disk (idempotent)."""
+        """Forget the open tables; the data stay on disk, unless the store made its own
+        temporary directory (no ``path``): that is removed (idempotent)."""
         if self._closed:
             return
         self._collections.clear()
         self._db = None
         self._closed = True
+        if self._owned:
+            shutil.rmtree(self.path, ignore_errors=True)

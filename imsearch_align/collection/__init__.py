@@ -14,8 +14,8 @@ Rooms: :mod:`.sources` (the :class:`DistractorSource` interface,
 :mod:`.aligned` (:func:`aligned_blocks`, :class:`CollectionBlocks`,
 :class:`StreamDigest`), :mod:`.truth` and :mod:`.truth_result`
 (:func:`exact_truth`, :class:`CollectionTruth`), :mod:`.recall`
-(:func:`ann_recall_at_k`, :func:`compare_measures`), :mod:`.perf`
-(:func:`bench_truth`); the study's rooms :mod:`.settings` (index settings),
+(:func:`ann_recall_at_k`, :func:`compare_measures`), :mod:`.cone`
+(:func:`cone_vectors`: encoder-shaped test data); the study's rooms :mod:`.settings` (index settings),
 :mod:`.prepare` (a method's inputs), :mod:`.measure` (one build's costs and
 speeds), :mod:`.cell_files` (a cell's identity and file), :mod:`.study` (the
 cells), :mod:`.study_report` (CSV, leaderboard, figures), :mod:`.filters` and
@@ -80,9 +80,6 @@ groups at k closed, cached under ``cache_dir`` by the content key)::
     compare_measures(run_ann, truth, qrels, measures)["means"]
                                       # {measure: {"exact": .., "approximate": ..}}
 
-``bench_truth(n_docs, n_queries, dim)`` prints the GEMM-alone and truth
-rates (the ``collection`` section of ``benchmarks/perf.py``).
-
 Limits: the truth and :func:`aligned_blocks` take dense aligned spaces
 (a method whose transforms return CSR, ASIF, is refused by name).
 """
@@ -100,8 +97,8 @@ from imsearch_align.collection.checks import (
     check_compatible,
     check_disjoint_ids,
 )
+from imsearch_align.collection.cone import cone_vectors
 from imsearch_align.collection.files import NpySource, ParquetSource, SafetensorsSource, open_file
-from imsearch_align.collection.perf import bench_truth, cone_vectors
 from imsearch_align.collection.recall import AnnRecall, ann_recall_at_k, compare_measures
 from imsearch_align.collection.sources import (
     DEFAULT_BLOCK_ROWS,
@@ -132,7 +129,6 @@ __all__ = [
     "SyntheticSource",
     "aligned_blocks",
     "ann_recall_at_k",
-    "bench_truth",
     "blocks_digest",
     "check_compatible",
     "check_disjoint_ids",

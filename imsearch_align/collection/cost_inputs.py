@@ -2,7 +2,7 @@
 
 :func:`inputs_from_cells` reads a results folder of
 ``benchmarks/collection.py`` (one JSON per cell) and returns the layout of
-``benchmarks/results/scale_out_inputs.json``, which
+``imsearch_align/data/scale_out_inputs.json``, which
 :meth:`~imsearch_align.collection.cost_model.MeasuredInputs.from_dict` reads.
 Only clean cells (``status.state`` ok) of one store count:
 

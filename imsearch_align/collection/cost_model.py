@@ -44,7 +44,7 @@ the measured concurrency curve's plateau that ``clients_per_core`` clients a
 core reach (1 at saturation).
 
 ``markdown_table(measured)`` writes the table of ``docs/scale-out.md`` from
-:func:`load_inputs` (``benchmarks/results/scale_out_inputs.json``).
+:func:`load_inputs` (``imsearch_align/data/scale_out_inputs.json``, package data).
 """
 
 from __future__ import annotations
@@ -92,7 +92,7 @@ ROW_BYTES = 16
 #: Milvus 2.3.5 ``milvus.yaml``: overloadedMemoryThresholdPercentage / 100.
 USABLE_MEMORY = 0.9
 GIB = 2**30
-INPUTS = Path(__file__).resolve().parents[2] / "benchmarks" / "results" / "scale_out_inputs.json"
+INPUTS = Path(__file__).resolve().parents[1] / "data" / "scale_out_inputs.json"
 
 
 @dataclass(frozen=True)
@@ -152,7 +152,7 @@ class MeasuredInputs:
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> MeasuredInputs:
-        """From the JSON layout of ``benchmarks/results/scale_out_inputs.json``."""
+        """From the JSON layout of ``imsearch_align/data/scale_out_inputs.json``."""
         cc = d["concurrency"]
         peak = d.get("standalone_peak_rss_bytes")
         return cls(

@@ -44,7 +44,6 @@ __all__ = [
     "harness_memory",
     "insert_collection",
     "open_store",
-    "release_freed_memory",
     "rss_tree",
     "search_batched",
     "search_latency",
@@ -130,22 +129,6 @@ def harness_memory() -> dict[str, int]:
     rss = int(psutil.Process().memory_info().rss)
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # KiB on Linux
     return {"rss_bytes": rss, "peak_rss_bytes": max(rss, int(peak))}  # the kernel's peak lags
-
-
-def release_freed_memory() -> None:
-    """Hand the memory this process freed back to the system (glibc ``malloc_trim``; a
-    no-op elsewhere). A dropped in-process index leaves its pages in malloc's arenas,
-    where the next, larger build would count them twice in the process's resident size."""
-    import ctypes
-    import ctypes.util
-
-    name = ctypes.util.find_library("c")
-    try:
-        libc = ctypes.CDLL(name) if name else None
-    except OSError:  # no C library to load: nothing to hand back
-        return
-    if libc is not None and hasattr(libc, "malloc_trim"):
-        libc.malloc_trim(0)
 
 
 def disk_bytes(path: str | os.PathLike) -> int | None:

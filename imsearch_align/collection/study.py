@@ -49,13 +49,13 @@ from imsearch_align.collection.measure import (
     harness_memory,
     insert_collection,
     open_store,
-    release_freed_memory,
     search_batched,
     search_latency,
 )
 from imsearch_align.collection.prepare import Prepared
 from imsearch_align.collection.recall import ann_recall_at_k, compare_measures
 from imsearch_align.collection.settings import STORES, IndexSetting, resolve
+from imsearch_align.framework._heap import release_freed_memory
 
 __all__ = ["CellBase", "CellRunner", "cell_identity", "cell_path", "load_clean"]
 

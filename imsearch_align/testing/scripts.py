@@ -1,7 +1,6 @@
-"""Test support for the benchmark scripts: load one as a module, write paired embeddings.
+"""Test support for studies: write paired embeddings shaped like real encoders' output.
 
-``benchmarks/*.py`` are scripts, not package modules; a test loads one with
-:func:`load_benchmark` and calls its ``main(argv)``. :func:`write_cone_pairs`
+:func:`write_cone_pairs`
 writes the ``--embeddings`` folder layout (``image.npy``, ``text.npy``,
 ``text_image.npy``) with unit rows sharing a cone-shaped latent, as a real
 encoder pair's embeddings do (mean pairwise cosine about 0.4).
@@ -9,25 +8,11 @@ encoder pair's embeddings do (mean pairwise cosine about 0.4).
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
-from types import ModuleType
 
 import numpy as np
 
-__all__ = ["load_benchmark", "write_cone_pairs"]
-
-BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
-
-
-def load_benchmark(name: str, module_name: str | None = None) -> ModuleType:
-    """``benchmarks/<name>.py`` loaded as a module (``module_name``: its ``__name__``)."""
-    spec = importlib.util.spec_from_file_location(
-        module_name or f"benchmark_{name}", BENCHMARKS / f"{name}.py"
-    )
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+__all__ = ["write_cone_pairs"]
 
 
 def write_cone_pairs(

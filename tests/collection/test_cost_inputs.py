@@ -22,7 +22,6 @@ from imsearch_align.collection.cost_model import (
     markdown_table,
     peak_note,
 )
-from imsearch_align.testing.scripts import load_benchmark
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "scale-out.md"
 M, K = 1_000_200, 100_200  # the two collection sizes
@@ -218,7 +217,7 @@ def test_no_cell_of_the_store_is_an_error(tmp_path: Path) -> None:
 
 
 @pytest.fixture(scope="module")
-def script():
+def script(load_benchmark):
     return load_benchmark("scale_out", "scale_out_script")
 
 

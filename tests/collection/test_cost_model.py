@@ -32,6 +32,8 @@ from imsearch_align.collection.cost_model import (
     segment_rows,
 )
 
+RESULTS = Path(__file__).resolve().parents[2] / "benchmarks" / "results"
+
 DOC = Path(__file__).resolve().parents[2] / "docs" / "scale-out.md"
 GIB = 2**30
 
@@ -127,7 +129,7 @@ def test_the_stored_inputs_name_their_source() -> None:
     raw = json.loads(INPUTS.read_text(encoding="utf-8"))
     figures = [*raw["search_qps"].values(), *raw["build_rows_per_s"].values()]
     figures += [raw["insert_rows_per_s"], raw["standalone_peak_rss_bytes"], raw["concurrency"]]
-    cells = {p.name for p in INPUTS.parent.rglob("*.json")}
+    cells = {p.name for p in RESULTS.rglob("*.json")}
     for f in figures:
         src = f["source"]
         assert "2-core machine" in src, src

@@ -30,7 +30,7 @@ from imsearch_align.framework.interfaces import Filter
 from imsearch_align.framework.metrics import Qrels, Run
 from imsearch_align.framework.ranking.tie_aware import EXACT_TIE_TOL
 from imsearch_align.framework.ties import tie_aware_evaluate
-from imsearch_align.testing.scripts import load_benchmark, write_cone_pairs
+from imsearch_align.testing.scripts import write_cone_pairs
 
 ROOT = Path(__file__).resolve().parents[2]
 MEASURES = ["HitRate@1", "HitRate@10", "nDCG@10"]
@@ -172,7 +172,7 @@ def test_the_unfiltered_truth_is_the_filter_keeping_everything(tied):
 
 
 @pytest.fixture(scope="module")
-def study():
+def study(load_benchmark):
     return load_benchmark("collection", "collection_script_filters")
 
 

@@ -9,7 +9,8 @@ import gc
 import numpy as np
 import pytest
 
-from imsearch_align.collection.measure import harness_memory, release_freed_memory
+from imsearch_align.collection.measure import harness_memory
+from imsearch_align.framework._heap import release_freed_memory
 
 
 def test_freed_pages_go_back_to_the_system():
