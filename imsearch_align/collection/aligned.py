@@ -24,7 +24,13 @@ from imsearch_align.collection.checks import DistractorError, check_disjoint_ids
 from imsearch_align.collection.sources import DEFAULT_BLOCK_ROWS, DistractorSource
 from imsearch_align.framework.validation import array_buffer, is_sparse
 
-__all__ = ["CollectionBlocks", "StreamDigest", "aligned_blocks", "blocks_digest"]
+__all__ = [
+    "CollectionBlocks",
+    "StreamDigest",
+    "aligned_blocks",
+    "blocks_digest",
+    "collection_ids",
+]
 
 _MODALITIES = ("image", "text")
 
@@ -191,3 +197,12 @@ class CollectionBlocks:
             "rows": self.n_rows,
             "dim": self.dim,
         }
+
+
+def collection_ids(coll: Any) -> np.ndarray:
+    """Every item id of a :class:`~imsearch_align.collection.aligned.CollectionBlocks`
+    (documents, then distractors), without reading a vector."""
+    parts = [np.asarray(coll.doc_ids, dtype=np.int64)]
+    if coll.distractors is not None:
+        parts.append(np.asarray(coll.distractors.ids(0, coll.distractors.n_rows), np.int64))
+    return np.concatenate(parts)

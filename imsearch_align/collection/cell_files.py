@@ -1,4 +1,4 @@
-"""A study cell's identity and file: what defines it, where it is written, whether a
+"""A study cell's identity and file: what its cells share (:class:`CellBase`), what defines it, where it is written, whether a
 clean one is there to reuse (``--skip-existing``)."""
 
 from __future__ import annotations
@@ -6,17 +6,45 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from imsearch_align.collection.settings import IndexSetting
-    from imsearch_align.collection.study import CellBase
 
-__all__ = ["FORMAT", "cell_identity", "cell_path", "load_clean", "read_ok"]
+__all__ = ["FORMAT", "CellBase", "cell_identity", "cell_path", "load_clean", "read_ok"]
 
 #: The ``format`` of a collection-scale cell.
 FORMAT = "collection-cell/1"
+
+
+@dataclass(frozen=True)
+class CellBase:
+    """What the cells of one method, direction and collection size share.
+
+    ``config`` is what else defines them (data, encoders, seed, the query
+    sample, the distractor source): it enters the cells' key.
+    """
+
+    dataset: str
+    method: str
+    direction: str
+    distractors: int
+    documents: int
+    ks: tuple[int, ...]
+    config: dict[str, Any] = field(default_factory=dict)
+    command: tuple[str, ...] = ()
+
+    @property
+    def size(self) -> int:
+        """Items searched: the split's documents plus the distractors."""
+        return self.documents + self.distractors
+
+    @property
+    def measures(self) -> list[str]:
+        """HitRate at every cut-off, nDCG at the largest."""
+        return [f"HitRate@{k}" for k in self.ks] + [f"nDCG@{max(self.ks)}"]
 
 
 def cell_identity(

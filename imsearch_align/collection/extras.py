@@ -26,6 +26,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from imsearch_align.collection.cell_files import cell_identity, read_ok
+from imsearch_align.framework.interfaces import StoreUnavailableError, TunableSearch
+
 __all__ = ["DEPLOY_RECALL", "ConcurrencyPlan", "deploy_index", "measure_extras"]
 
 #: The ANN recall@k a deployable setting reaches (:func:`deploy_index`).
@@ -88,7 +91,6 @@ class ConcurrencyPlan:
 
     def reuse(self, path: Path) -> list[dict[str, Any]] | None:
         """The clean cells of every level measured before on the cell at ``path``, else None."""
-        from imsearch_align.collection.cell_files import read_ok
 
         found = [read_ok(self.path(path, lv)) for lv in self.levels]
         return found if all(found) else None
@@ -185,8 +187,6 @@ def measure_extras(runner: Any, job: dict[str, Any], cells: list[Any], paths: li
     ``job``: ``prep``, ``coll``, ``base``, ``setting``, ``build``, ``grid``,
     ``truth_of`` and the runner's ``state`` (its built store, if any).
     """
-    from imsearch_align.collection.cell_files import cell_identity
-    from imsearch_align.framework.interfaces import StoreUnavailableError, TunableSearch
 
     i = deploy_index(cells)
     if i is None:

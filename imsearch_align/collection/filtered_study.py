@@ -38,6 +38,7 @@ from typing import Any
 
 import numpy as np
 
+from imsearch_align.collection.cell_files import load_clean
 from imsearch_align.collection.filters import (
     CategoryAttribute,
     assign_categories,
@@ -48,6 +49,12 @@ from imsearch_align.collection.filters import (
     relevant_doc_ids,
     selectivity_filter,
 )
+from imsearch_align.collection.label_cell import label_cell
+from imsearch_align.collection.measure import search_batched, search_latency
+from imsearch_align.collection.recall import ann_recall_at_k, compare_measures
+from imsearch_align.collection.under_filter import SHARED_FIELDS, UnderFilter, plain_id
+from imsearch_align.framework.interfaces import FilteredSearch, StoreUnavailableError
+from imsearch_align.framework.metrics import Run
 
 __all__ = ["FilterPlan"]
 
@@ -131,7 +138,6 @@ class FilterPlan:
     def inserts(self, store: Any, prep: Any, coll: Any) -> Any:
         """``ids -> {"category": ...}`` (and ``"label"`` with a label plan) for the inserts
         into ``store`` (None: it does not filter)."""
-        from imsearch_align.framework.interfaces import FilteredSearch
 
         if not isinstance(store, FilteredSearch):
             return None
@@ -149,7 +155,6 @@ class FilterPlan:
     def reuse_one(self, path: Path) -> list[dict[str, Any]] | None:
         """The clean filtered cells of every selectivity (and the label cell) measured
         before on the cell at ``path`` (the unfiltered one's file), else None."""
-        from imsearch_align.collection.cell_files import load_clean
 
         done = [load_clean(self.path(path, x)) for x in self.cases()]
         return done if all(done) else None
@@ -177,8 +182,6 @@ class FilterPlan:
         ``ident`` and ``path`` (of the unfiltered cell), ``cell`` (it, for
         the shared fields).
         """
-        from imsearch_align.collection.label_cell import label_cell
-        from imsearch_align.framework.interfaces import FilteredSearch, StoreUnavailableError
 
         out = []
         for sel in self.cases():
@@ -212,15 +215,12 @@ class FilterPlan:
         ctx: dict[str, Any],
         sel: float,
     ) -> dict[str, Any]:
-        from imsearch_align.collection.measure import search_batched, search_latency
-        from imsearch_align.collection.recall import ann_recall_at_k, compare_measures
-        from imsearch_align.framework.metrics import Run
 
         base, k = ctx["base"], max(ctx["base"].ks)
         attr = self.attribute(prep, coll)
         f = selectivity_filter(sel, self.n_categories)
         truth = self.truth(prep, coll, sel, k, coll.block_rows)
-        under = _UnderFilter(store, f)
+        under = UnderFilter(store, f)
         ids, scores, qps = search_batched(under, name, prep.queries, k, runner.batch)
         latency = search_latency(under, name, prep.queries, k, runner.latency_queries, runner.seed)
         run = Run.from_arrays(prep.query_ids, ids, scores)
@@ -230,7 +230,7 @@ class FilterPlan:
         d = base.direction
         metrics = {f"{d}/{m}": float(v["approximate"]) for m, v in means.items()}
         metrics[f"{d}/ann_recall@{k}"] = recall.mean
-        cell = {key: ctx["cell"][key] for key in _SHARED if key in ctx["cell"]}
+        cell = {key: ctx["cell"][key] for key in SHARED_FIELDS if key in ctx["cell"]}
         cell.update(
             kind="filtered",
             filter={
@@ -244,7 +244,7 @@ class FilterPlan:
                 "relevant_items": attr.n_relevant,
                 "queries_without_relevant": {
                     "count": len(lost),
-                    "first": [_plain(q) for q in lost[:NAMED]],
+                    "first": [plain_id(q) for q in lost[:NAMED]],
                 },
             },
             metrics=metrics,
@@ -262,38 +262,16 @@ class FilterPlan:
         runner._say(f"    filter {sel:g} (kept {cell['filter']['kept_share']:.4f}): "
                     f"{rec} {qps:,.0f} q/s{short}")  # fmt: skip
         if len(lost):
-            shown = ", ".join(str(_plain(q)) for q in lost[:NAMED])
+            shown = ", ".join(str(plain_id(q)) for q in lost[:NAMED])
             runner._say(f"    queries without a kept relevant item (counted, scored 0): {shown}"
                         + (" ..." if len(lost) > NAMED else ""))  # fmt: skip
         return cell
 
     def _failed(self, ctx: dict[str, Any], sel: Any, exc: BaseException) -> dict[str, Any]:
-        cell = {key: ctx["cell"][key] for key in _SHARED if key in ctx["cell"]}
+        cell = {key: ctx["cell"][key] for key in SHARED_FIELDS if key in ctx["cell"]}
         cell.update(
             kind="filtered",
             filter={"field": "label"} if sel == "label" else {"selectivity": sel},
             status={"state": "failed", "reasons": [], "error": f"{type(exc).__name__}: {exc}"},
         )
         return cell
-
-
-#: Fields a filtered cell copies from its unfiltered cell.
-_SHARED = ("format", "store", "method", "dataset", "direction", "index", "collection",
-           "queries", "n_support", "provenance", "command")  # fmt: skip
-
-
-def _plain(v: Any) -> Any:
-    return v.item() if isinstance(v, np.generic) else v
-
-
-class _UnderFilter:
-    """``store`` whose ``search`` is ``search_filtered`` under ``f``: the study's timing
-    functions (:func:`~imsearch_align.collection.measure.search_batched`,
-    :func:`~imsearch_align.collection.measure.search_latency`) time filtered searches."""
-
-    def __init__(self, store: Any, f: Any) -> None:
-        self.store, self.f = store, f
-
-    def search(self, name: str, queries: np.ndarray, k: int) -> Any:
-        """The store's filtered search of ``queries``."""
-        return self.store.search_filtered(name, queries, k, self.f)

@@ -36,20 +36,19 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import numpy as np
 
+from imsearch_align.collection.aligned import collection_ids
 from imsearch_align.collection.sources import DEFAULT_BLOCK_ROWS
 from imsearch_align.framework.interfaces import Filter
-
-if TYPE_CHECKING:
-    from imsearch_align.collection.label_filter import LabelAttribute
 
 __all__ = [
     "FIELD",
     "N_CATEGORIES",
     "SELECTIVITIES",
+    "Attribute",
     "CategoryAttribute",
     "assign_categories",
     "collection_ids",
@@ -97,6 +96,15 @@ def milvus_expression(f: Filter) -> str:
     if f.expression is not None:
         return f.expression
     return f"{f.field} in [{', '.join(str(v) for v in f.values)}]"
+
+
+class Attribute(Protocol):
+    """An integer attribute of every collection item that a filter reads
+    (:class:`CategoryAttribute`, the dataset's labels
+    :class:`~imsearch_align.collection.label_filter.LabelAttribute`)."""
+
+    def keeps(self, ids: np.ndarray, f: Filter) -> np.ndarray:
+        """Whether filter ``f`` keeps each item of ``ids`` (a boolean mask)."""
 
 
 @dataclass(frozen=True)
@@ -150,15 +158,6 @@ class CategoryAttribute:
         return self.ids[np.isin(self.categories, np.asarray(f.values, dtype=np.int64))]
 
 
-def collection_ids(coll: Any) -> np.ndarray:
-    """Every item id of a :class:`~imsearch_align.collection.aligned.CollectionBlocks`
-    (documents, then distractors), without reading a vector."""
-    parts = [np.asarray(coll.doc_ids, dtype=np.int64)]
-    if coll.distractors is not None:
-        parts.append(np.asarray(coll.distractors.ids(0, coll.distractors.n_rows), np.int64))
-    return np.concatenate(parts)
-
-
 def relevant_doc_ids(qrels: Any) -> np.ndarray:
     """The doc ids judged relevant (relevance > 0) to some query of ``qrels``, unique."""
     docs = np.asarray(qrels.doc_ids)[np.asarray(qrels.relevance) > 0]
@@ -209,7 +208,7 @@ def queries_without_relevant(qrels: Any, kept_doc_ids: Any) -> np.ndarray:
 
 def filtered_stream(
     docs: Any,
-    attribute: CategoryAttribute | LabelAttribute,
+    attribute: Attribute,
     f: Filter,
     block_rows: int = DEFAULT_BLOCK_ROWS,
 ) -> Callable[[], Iterator[tuple[np.ndarray, np.ndarray]]]:
@@ -233,7 +232,7 @@ def filtered_truth(
     query_ids: Any,
     docs: Any,
     k: int,
-    attribute: CategoryAttribute | LabelAttribute,
+    attribute: Attribute,
     f: Filter,
     **kwargs: Any,
 ) -> Any:

@@ -29,6 +29,10 @@ from typing import Any
 import numpy as np
 
 from imsearch_align.collection.label_filter import UNKNOWN, LabelAttribute, query_labels
+from imsearch_align.collection.measure import search_batched, search_latency
+from imsearch_align.collection.recall import ann_recall_at_k, compare_measures
+from imsearch_align.collection.under_filter import SHARED_FIELDS, UnderFilter
+from imsearch_align.framework.metrics import Qrels, Run
 
 __all__ = ["EXPRESSION", "label_cell"]
 
@@ -38,7 +42,6 @@ EXPRESSION = "label in [L]"
 
 def _restrict(qrels: Any, query_ids: np.ndarray) -> Any:
     """The judgements of ``query_ids`` only."""
-    from imsearch_align.framework.metrics import Qrels
 
     keep = np.isin(qrels.query_ids, query_ids)
     return Qrels(qrels.query_ids[keep], qrels.doc_ids[keep], qrels.relevance[keep])
@@ -75,10 +78,6 @@ def _groups(
     plan: Any, runner: Any, store: Any, name: str, prep: Any, coll: Any, ctx: dict[str, Any]
 ) -> dict[str, Any]:
     """Every label group searched and scored: sums over queries, per-label rows."""
-    from imsearch_align.collection.filtered_study import _UnderFilter
-    from imsearch_align.collection.measure import search_batched
-    from imsearch_align.collection.recall import ann_recall_at_k, compare_measures
-    from imsearch_align.framework.metrics import Run
 
     base, k = ctx["base"], max(ctx["base"].ks)
     attr: LabelAttribute = plan.label_attribute(prep, coll)
@@ -92,7 +91,7 @@ def _groups(
         f = attr.label_filter(int(label))
         truth = plan.label_truth(prep, coll, int(label), k, coll.block_rows)
         q, qids = prep.queries[rows], prep.query_ids[rows]
-        ids, scores, qps = search_batched(_UnderFilter(store, f), name, q, k, runner.batch)
+        ids, scores, qps = search_batched(UnderFilter(store, f), name, q, k, runner.batch)
         qrels = _restrict(prep.qrels, qids)
         means = compare_measures(Run.from_arrays(qids, ids, scores), truth, qrels, base.measures)
         recall = ann_recall_at_k(ids, truth, k)
@@ -116,8 +115,6 @@ def label_cell(
     plan: Any, runner: Any, store: Any, name: str, prep: Any, coll: Any, ctx: dict[str, Any]
 ) -> dict[str, Any]:
     """The label cell of the built collection ``name`` (see the module docstring)."""
-    from imsearch_align.collection.filtered_study import _SHARED
-    from imsearch_align.collection.measure import search_latency
 
     k, d = max(ctx["base"].ks), ctx["base"].direction
     acc = _groups(plan, runner, store, name, prep, coll, ctx)
@@ -133,7 +130,7 @@ def label_cell(
     metrics[f"{d}/ann_recall@{k}"] = recall
     qps = nq / acc["seconds"] if acc["seconds"] > 0 else float("inf")
     kept = acc["kept"] / nq if nq else 0.0
-    cell = {key: ctx["cell"][key] for key in _SHARED if key in ctx["cell"]}
+    cell = {key: ctx["cell"][key] for key in SHARED_FIELDS if key in ctx["cell"]}
     cell.update(
         kind="filtered",
         filter={

@@ -37,6 +37,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from imsearch_align.collection.aligned import collection_ids
 from imsearch_align.framework.interfaces import Filter
 
 __all__ = [
@@ -255,8 +256,6 @@ class LabelPlan:
 
     def attribute(self, prep: Any, coll: Any) -> LabelAttribute:
         """The label of every item of ``coll`` (documents of ``prep``, then distractors)."""
-        from imsearch_align.collection.filters import collection_ids
-
         ids = collection_ids(coll)
         doc_labels = item_labels(self.dataset, prep.doc_ids, prep.doc_modality)
         src = coll.distractors

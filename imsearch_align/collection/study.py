@@ -36,13 +36,19 @@ from __future__ import annotations
 import json
 import sys
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from imsearch_align.collection.cell_files import FORMAT, cell_identity, cell_path, load_clean
+from imsearch_align.collection.cell_files import (
+    FORMAT,
+    CellBase,
+    cell_identity,
+    cell_path,
+    load_clean,
+)
+from imsearch_align.collection.extras import measure_extras
 from imsearch_align.collection.measure import (
     BuildStats,
     disk_bytes,
@@ -58,34 +64,6 @@ from imsearch_align.collection.settings import STORES, IndexSetting, resolve
 from imsearch_align.framework._heap import release_freed_memory
 
 __all__ = ["CellBase", "CellRunner", "cell_identity", "cell_path", "load_clean"]
-
-
-@dataclass(frozen=True)
-class CellBase:
-    """What the cells of one method, direction and collection size share.
-
-    ``config`` is what else defines them (data, encoders, seed, the query
-    sample, the distractor source): it enters the cells' key.
-    """
-
-    dataset: str
-    method: str
-    direction: str
-    distractors: int
-    documents: int
-    ks: tuple[int, ...]
-    config: dict[str, Any] = field(default_factory=dict)
-    command: tuple[str, ...] = ()
-
-    @property
-    def size(self) -> int:
-        """Items searched: the split's documents plus the distractors."""
-        return self.documents + self.distractors
-
-    @property
-    def measures(self) -> list[str]:
-        """HitRate at every cut-off, nDCG at the largest."""
-        return [f"HitRate@{k}" for k in self.ks] + [f"nDCG@{max(self.ks)}"]
 
 
 class CellRunner:
@@ -181,8 +159,6 @@ class CellRunner:
                     continue
                 self._write(paths[i], cells[i])
             if self.filters is not None or self.concurrency is not None:
-                from imsearch_align.collection.extras import measure_extras
-
                 measure_extras(self, job, cells, paths)
         finally:
             self._close(state)
