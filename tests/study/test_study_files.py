@@ -1,0 +1,46 @@
+"""The committed study files are the studies whose cells are committed: each file,
+with the machine's folders the run used, is the spec of the command its cells recorded."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from imsearch_align.cli.app import build_parser
+from imsearch_align.study import StudySpec
+from imsearch_align.study.flags import spec_mapping
+
+ROOT = Path(__file__).resolve().parents[2]
+STUDIES = ROOT / "benchmarks" / "studies"
+
+
+def _recorded_spec(folder: Path) -> StudySpec:
+    """The spec of the command the folder's first cell recorded."""
+    cell = json.loads(next(sorted(folder.glob("*.json")).__iter__()).read_text())
+    argv = [a for a in cell["command"][2:] if a != "--no-progress"]
+    args = build_parser().parse_args(["study", *argv])
+    mapping = spec_mapping(args)
+    mapping["out"] = str(Path(mapping["out"]).relative_to(ROOT))
+    return StudySpec.from_dict(mapping)
+
+
+@pytest.mark.parametrize("name", ["default", "production"])
+def test_the_study_file_is_the_recorded_study(name):
+    folder = ROOT / "benchmarks" / "results" / f"collection_{name}"
+    recorded = _recorded_spec(folder)
+    spec = StudySpec.from_file(STUDIES / f"{name}.yaml").replace(
+        shapes_root=recorded.shapes_root, cache_dir=recorded.cache_dir,
+        truth_cache=recorded.truth_cache,
+    )  # fmt: skip
+    # None means the default: compare what the study resolves them to
+    resolved = {"queries": recorded.query_count(), "latency_queries": recorded.latency_count()}
+    assert spec.replace(**resolved) == recorded.replace(**resolved)
+    assert [s.label for s in spec.index_settings()] == [s.label for s in recorded.index_settings()]
+
+
+def test_every_study_file_loads():
+    for path in sorted(STUDIES.glob("*.yaml")):
+        spec = StudySpec.from_file(path)
+        assert spec.index_settings() and spec.command()[:2] == ["imsearch-align", "study"]
