@@ -35,7 +35,11 @@ def test_the_study_file_is_the_recorded_study(name):
         truth_cache=recorded.truth_cache,
     )  # fmt: skip
     # None means the default: compare what the study resolves them to
-    resolved = {"queries": recorded.query_count(), "latency_queries": recorded.latency_count()}
+    resolved = {
+        "queries": recorded.query_count(),
+        "latency_queries": recorded.latency_count(),
+        "sizes": tuple(recorded.size_grid()),
+    }
     assert spec.replace(**resolved) == recorded.replace(**resolved)
     assert [s.label for s in spec.index_settings()] == [s.label for s in recorded.index_settings()]
 
