@@ -1,0 +1,97 @@
+"""The study spec refuses bad input field by field, before any data is loaded: one line
+naming the field, exit 2 on the command line; a spec file and the flags make one spec."""
+
+from __future__ import annotations
+
+import pytest
+
+from imsearch_align.cli import main
+from imsearch_align.framework.errors import ConfigError
+from imsearch_align.study import StudySpec, StudySpecError
+
+
+def test_defaults_resolve_as_the_old_script_did():
+    spec = StudySpec()
+    assert spec.store_modes() == ("faiss",) and spec.query_count() == 10_000
+    assert spec.latency_count() == 1000 and spec.size_grid() == [0, 100_000, 1_000_000]
+    assert [s.label for s in spec.index_settings()] == [
+        "faiss:flat", "faiss:ivf_flat", "faiss:hnsw:M=16,efConstruction=100",
+    ]  # fmt: skip
+    quick = StudySpec(quick=True, stores=("faiss",))
+    assert quick.query_count() == 1000 and quick.size_grid() == [0, 20_000]
+
+
+def test_a_yaml_list_becomes_a_tuple_and_an_int_a_float():
+    spec = StudySpec.from_dict({"methods": ["csa"], "concurrency_duration": 2, "k": [10, 1]})
+    assert spec.methods == ("csa",) and spec.concurrency_duration == 2.0 and spec.ks() == (1, 10)
+    assert StudySpec.from_dict(spec.to_dict()) == spec  # round trip
+
+
+@pytest.mark.parametrize(
+    ("fields", "message"),
+    [
+        ({"methdos": ["csa"]}, r"unknown field\(s\) 'methdos' \(did you mean 'methods'\?\)"),
+        ({"queries": "many"}, r"--queries must be an int, got 'many' \(str\)"),
+        ({"queries": 0}, r"--queries must be a positive integer, got 0"),
+        ({"latency_queries": 0}, r"--latency-queries must be a positive integer, got 0"),
+        ({"methods": "csa"}, r"--methods must be a list of str values, got 'csa'"),
+        ({"skip_existing": "yes"}, r"--skip-existing must be a bool"),
+        ({"stores": ["fiass"]}, r"unknown store 'fiass' \(did you mean 'faiss'\?\)"),
+        ({"index": ["faiss:hnsw:nprobe=4"]}, r"nprobe is not a parameter of faiss index 'hnsw'"),
+        ({"index": ["milvus-lite:FLAT"]}, r"store milvus-lite is not in --stores"),
+        ({"filters": [1.5]}, r"--filters"),
+        ({"concurrency_duration": float("inf")}, r"--concurrency-duration must be a finite"),
+        ({"concurrency": [0]}, r"--concurrency: levels: each concurrency must be an integer >= 1"),
+        ({"method_params": {"asif": {"k": 1}}}, r"--method-param asif:\.\.\.: 'asif' is not in"),
+        ({"embeddings": "x", "shapes": 10}, r"give one of --data, --embeddings, --shapes"),
+        ({"directions": ["x2y"]}, r"--directions: 'x2y' is not one of t2i, i2t"),
+    ],
+)
+def test_bad_fields_are_refused_naming_the_field(fields, message):
+    with pytest.raises(StudySpecError, match=message) as info:
+        StudySpec.from_dict(fields)
+    assert isinstance(info.value, ConfigError) and "\n" not in str(info.value)
+
+
+def _run(argv, capsys):
+    code = main(["study", *argv])
+    return code, capsys.readouterr().err
+
+
+def test_the_command_refuses_a_bad_spec_file_before_loading_data(tmp_path, capsys):
+    bad = tmp_path / "study.yaml"
+    bad.write_text("shapes: 10\nmethdos: [csa]\n")
+    code, err = _run(["--config", str(bad), "--out", str(tmp_path / "o")], capsys)
+    assert code == 2 and "did you mean 'methods'" in err and err.count("\n") == 1
+    assert not (tmp_path / "o").exists()  # nothing written
+    code, err = _run(["--index", "faiss:annoy", "--out", str(tmp_path / "o")], capsys)
+    assert code == 2 and "store faiss has no index 'annoy'" in err
+    code, err = _run(["--concurrency-duration", "inf"], capsys)
+    assert code == 2 and "finite" in err
+
+
+def test_flags_given_win_over_the_spec_file(tmp_path):
+    from imsearch_align.cli.app import build_parser
+    from imsearch_align.experiment.config_file import read_config_file
+    from imsearch_align.study.flags import spec_mapping
+
+    f = tmp_path / "s.yaml"
+    f.write_text("methods: [csa]\nqueries: 50\nmethod_params: {csa: {eps: 0.01}}\n")
+    args = build_parser().parse_args(
+        ["study", "--queries", "70", "--method-param", "csa:sim_dim=8"]
+    )
+    spec = StudySpec.from_dict(spec_mapping(args, read_config_file(f)))
+    assert spec.methods == ("csa",) and spec.queries == 70
+    assert dict(spec.method_params["csa"]) == {"eps": 0.01, "sim_dim": 8}
+
+
+def test_the_recorded_command_masks_the_uri_password_and_gives_the_spec_back():
+    from imsearch_align.cli.app import build_parser
+    from imsearch_align.study.flags import spec_mapping
+
+    spec = StudySpec(stores=("milvus",), uri="http://root:s3cret@127.0.0.1:19530",
+                     sizes=(0, 10), filters=(0.5,), method_params={"csa": {"eps": 0.01}})  # fmt: skip
+    words = spec.command()
+    assert "s3cret" not in " ".join(words) and "s3cret" not in str(spec.to_dict())
+    back = StudySpec.from_dict(spec_mapping(build_parser().parse_args(words[1:])))
+    assert back.replace(uri=spec.uri) == spec
