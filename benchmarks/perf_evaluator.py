@@ -28,13 +28,17 @@ from __future__ import annotations
 
 import sys
 import time
+from typing import Any
 
 import numpy as np
 import pandas as pd
+from perf_common import row_maker
 
 from imsearch_align import Qrels, Run, SearchResult, evaluate
 from imsearch_align.framework.evaluator import BenchmarkEvaluator
 from imsearch_align.framework.measures import default_measures, needs_vectors
+
+_row = row_maker("evaluator", as_float=False)
 
 MEASURES = ["P@10", "R@10", "nDCG@10", "AP@100", "RR@10", "HitRate@5", "Accuracy"]
 TREC_KEYS = {
@@ -168,133 +172,56 @@ def run_frame(quick: bool = False) -> tuple[list[dict], dict]:
     ).mean()
     diff = max(abs(direct[m] - means[m]) for m in measures)
     rows = [
-        {
-            "section": "evaluator",
-            "item": f"evaluate_frame queries/s ({nq:,} queries, {len(df):,} rows, top-{depth}, "
+        _row(
+            f"evaluate_frame queries/s ({nq:,} queries, {len(df):,} rows, top-{depth}, "
             f"{len(measures)} measures)",
-            "value": qps,
-            "unit": "q/s",
-            "target": ">= 250,000",
-            "ok": qps >= 250_000,
-        },
-        {
-            "section": "evaluator",
-            "item": "evaluate_frame wall time",
-            "value": best,
-            "unit": "s",
-            "target": None,
-            "ok": None,
-        },
-        {
-            "section": "evaluator",
-            "item": "evaluate_frame max |mean difference| vs evaluate on the same arrays",
-            "value": diff,
-            "unit": "",
-            "target": "<= 1e-12",
-            "ok": diff <= 1e-12,
-        },
+            qps,
+            "q/s",
+            ">= 250,000",
+            qps >= 250_000,
+        ),
+        _row("evaluate_frame wall time", best, "s"),
+        _row(
+            "evaluate_frame max |mean difference| vs evaluate on the same arrays",
+            diff,
+            "",
+            "<= 1e-12",
+            diff <= 1e-12,
+        ),
     ]
     details = {"n_queries": nq, "n_rows": len(df), "depth": depth, "runs_s": times}
     return rows, details
 
 
 def run(quick: bool = False) -> dict:
+    """Both parts: the evaluator against pytrec_eval, then ``evaluate_frame``."""
     frame_rows, frame_details = run_frame(quick)
     nq, ndoc, depth = (2_500, 10_000, 100) if quick else (25_000, 100_000, 100)
     ids, scores, qrels = make_case(nq, ndoc, depth)
-    store = PrecomputedStore(ids, scores)
-    queries = np.arange(nq, dtype=np.float32)[:, None]
-    ev = BenchmarkEvaluator(
-        store, "pre", k=depth, measures=MEASURES, batch_size=1024, workers=2, progress=False
-    )
-    qq, dd, rr = (np.array(a) for a in (qrels.query_ids, qrels.doc_ids, qrels.relevance))
-    ev.evaluate(queries[:2048], Qrels(qq, dd, rr))  # warm-up (imports, thread pools)
-    times = []
-    for _ in range(9):
-        # Timed from the same arrays pytrec_eval starts from: building the
-        # Qrels (validation included) is part of it.
-        t = time.perf_counter()
-        res = ev.evaluate(queries, Qrels(qq, dd, rr))
-        times.append(time.perf_counter() - t)
-    t_ours = min(times)
-    t = time.perf_counter()
-    _ = res.intervals
-    t_ci = time.perf_counter() - t
-
-    import pytrec_eval
-
-    t = time.perf_counter()
-    run_d = {}
-    for r in range(nq):
-        run_d[str(r)] = dict(zip(map(str, ids[r].tolist()), scores[r].tolist()))
-    qrels_d: dict[str, dict[str, int]] = {}
-    for q, d, rel in zip(
-        qrels.query_ids.tolist(), qrels.doc_ids.tolist(), qrels.relevance.tolist()
-    ):
-        qrels_d.setdefault(str(q), {})[str(d)] = int(rel)
-    t_build = time.perf_counter() - t
-    t = time.perf_counter()
-    trec = pytrec_eval.RelevanceEvaluator(
-        qrels_d, {"P.10", "recall.10", "ndcg_cut.10", "map_cut.100", "success.1,5"}
-    ).evaluate(run_d)
-    t_trec_eval = time.perf_counter() - t
+    res, times, t_ci = _time_evaluator(ids, scores, qrels, depth)
+    trec, t_build, t_trec_eval = _time_pytrec_eval(ids, scores, qrels)
     t_trec = t_build + t_trec_eval
     max_diff = 0.0
     mean = res.mean()
     for m, key in TREC_KEYS.items():
         ref = np.mean([trec[str(r)][key] for r in range(nq)])
         max_diff = max(max_diff, abs(ref - mean[m]))
+    t_ours = min(times)
     qps = nq / t_ours
     ratio = t_trec / t_ours
     rows = [
-        {
-            "section": "evaluator",
-            "item": f"evaluator queries/s ({nq:,} x top-{depth}, {len(MEASURES)} measures)",
-            "value": qps,
-            "unit": "q/s",
-            "target": ">= 10,000",
-            "ok": qps >= 10_000,
-        },
-        {
-            "section": "evaluator",
-            "item": "pytrec_eval time / evaluator time (same arrays)",
-            "value": ratio,
-            "unit": "x",
-            "target": ">= 100",
-            "ok": ratio >= 100,
-        },
-        {
-            "section": "evaluator",
-            "item": "evaluator wall time",
-            "value": t_ours,
-            "unit": "s",
-            "target": None,
-            "ok": None,
-        },
-        {
-            "section": "evaluator",
-            "item": "pytrec_eval: build dicts + evaluate",
-            "value": t_trec,
-            "unit": "s",
-            "target": None,
-            "ok": None,
-        },
-        {
-            "section": "evaluator",
-            "item": "95% bootstrap intervals (1000 resamples, lazy)",
-            "value": t_ci,
-            "unit": "s",
-            "target": None,
-            "ok": None,
-        },
-        {
-            "section": "evaluator",
-            "item": "max |mean difference| vs pytrec_eval",
-            "value": max_diff,
-            "unit": "",
-            "target": "<= 1e-9",
-            "ok": max_diff <= 1e-9,
-        },
+        _row(
+            f"evaluator queries/s ({nq:,} x top-{depth}, {len(MEASURES)} measures)",
+            qps,
+            "q/s",
+            ">= 10,000",
+            qps >= 10_000,
+        ),
+        _row("pytrec_eval time / evaluator time (same arrays)", ratio, "x", ">= 100", ratio >= 100),
+        _row("evaluator wall time", t_ours, "s"),
+        _row("pytrec_eval: build dicts + evaluate", t_trec, "s"),
+        _row("95% bootstrap intervals (1000 resamples, lazy)", t_ci, "s"),
+        _row("max |mean difference| vs pytrec_eval", max_diff, "", "<= 1e-9", max_diff <= 1e-9),
     ]
     return {
         "rows": rows + frame_rows,
@@ -310,6 +237,55 @@ def run(quick: bool = False) -> dict:
             "pytrec_evaluate_s": t_trec_eval,
         },
     }
+
+
+def _time_evaluator(
+    ids: np.ndarray, scores: np.ndarray, qrels: Qrels, depth: int
+) -> tuple[Any, list[float], float]:
+    """The evaluator on the precomputed run, best of 9: (last result, run times, intervals time)."""
+    nq = len(ids)
+    store = PrecomputedStore(ids, scores)
+    queries = np.arange(nq, dtype=np.float32)[:, None]
+    ev = BenchmarkEvaluator(
+        store, "pre", k=depth, measures=MEASURES, batch_size=1024, workers=2, progress=False
+    )
+    qq, dd, rr = (np.array(a) for a in (qrels.query_ids, qrels.doc_ids, qrels.relevance))
+    ev.evaluate(queries[:2048], Qrels(qq, dd, rr))  # warm-up (imports, thread pools)
+    times = []
+    for _ in range(9):
+        # Timed from the same arrays pytrec_eval starts from: building the
+        # Qrels (validation included) is part of it.
+        t = time.perf_counter()
+        res = ev.evaluate(queries, Qrels(qq, dd, rr))
+        times.append(time.perf_counter() - t)
+    t = time.perf_counter()
+    _ = res.intervals
+    t_ci = time.perf_counter() - t
+    return res, times, t_ci
+
+
+def _time_pytrec_eval(
+    ids: np.ndarray, scores: np.ndarray, qrels: Qrels
+) -> tuple[dict, float, float]:
+    """pytrec_eval on the same run and qrels: (its result, dict-building s, evaluating s)."""
+    import pytrec_eval
+
+    t = time.perf_counter()
+    run_d = {}
+    for r in range(len(ids)):
+        run_d[str(r)] = dict(zip(map(str, ids[r].tolist()), scores[r].tolist()))
+    qrels_d: dict[str, dict[str, int]] = {}
+    for q, d, rel in zip(
+        qrels.query_ids.tolist(), qrels.doc_ids.tolist(), qrels.relevance.tolist()
+    ):
+        qrels_d.setdefault(str(q), {})[str(d)] = int(rel)
+    t_build = time.perf_counter() - t
+    t = time.perf_counter()
+    trec = pytrec_eval.RelevanceEvaluator(
+        qrels_d, {"P.10", "recall.10", "ndcg_cut.10", "map_cut.100", "success.1,5"}
+    ).evaluate(run_d)
+    t_trec_eval = time.perf_counter() - t
+    return trec, t_build, t_trec_eval
 
 
 if __name__ == "__main__":
