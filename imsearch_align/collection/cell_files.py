@@ -10,13 +10,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from imsearch_align.experiment.study_cell import CELL_FORMAT, CellError, load_cell
+
 if TYPE_CHECKING:
     from imsearch_align.collection.settings import IndexSetting
 
 __all__ = ["FORMAT", "CellBase", "cell_identity", "cell_path", "load_clean", "read_ok"]
 
-#: The ``format`` of a collection-scale cell.
-FORMAT = "collection-cell/1"
+#: The ``format`` of a study cell (:data:`~imsearch_align.experiment.study_cell.CELL_FORMAT`).
+FORMAT = CELL_FORMAT
 
 
 @dataclass(frozen=True)
@@ -77,18 +79,20 @@ def cell_path(out: Path, ident: dict[str, Any]) -> Path:
 
 
 def read_ok(path: Path) -> dict[str, Any] | None:
-    """The JSON object stored at ``path`` when its ``status.state`` is ok (else None:
-    missing, unreadable, failed)."""
-    try:
-        data = json.loads(Path(path).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+    """The record of the study cell stored at ``path`` when it finished ok (else None:
+    missing, unreadable, not a cell, failed), read by the one reader
+    (:func:`~imsearch_align.experiment.study_cell.load_cell`)."""
+    if not Path(path).is_file():
         return None
-    ok = isinstance(data, dict) and (data.get("status") or {}).get("state") == "ok"
-    return data if ok else None
+    try:
+        cell = load_cell(path)
+    except CellError:
+        return None
+    return dict(cell.record) if cell.ok else None
 
 
 def load_clean(path: Path) -> dict[str, Any] | None:
-    """The collection-scale cell stored at ``path`` when it finished ok (else None: run it
-    again)."""
+    """The sweep cell (``kind: collection_scale``) stored at ``path`` when it finished ok
+    (else None: run it again)."""
     data = read_ok(path)
-    return data if data is not None and data.get("format") == FORMAT else None
+    return data if data is not None and data.get("kind") == "collection_scale" else None

@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from imsearch_align.collection.cell_files import cell_identity, read_ok
+from imsearch_align.experiment.study_cell import status_record
 from imsearch_align.framework.interfaces import StoreUnavailableError, TunableSearch
 
 __all__ = ["DEPLOY_RECALL", "ConcurrencyPlan", "deploy_index", "measure_extras"]
@@ -130,12 +131,12 @@ class ConcurrencyPlan:
         )  # fmt: skip
         for c in cells:
             c["config"] = ctx["ident"]["config"]
-            runner._write(self.path(ctx["path"], c["concurrency"]), c)
-            runner._say(
+            runner.write(self.path(ctx["path"], c["concurrency"]), c)
+            runner.say(
                 f"    {c['concurrency']:>2} clients ({mode}): {c['queries_per_s']:,.0f} q/s, "
                 f"p99 {(c.get('latency_ms') or {}).get('p99', float('nan')):.2f} ms"
             )
-        runner._say(f"    saturation at {res.saturation} clients")
+        runner.say(f"    saturation at {res.saturation} clients")
         return cells
 
     def failed(self, ctx: dict[str, Any], exc: BaseException) -> list[dict[str, Any]]:
@@ -151,11 +152,7 @@ class ConcurrencyPlan:
                 "index": {"type": s.index_type, "params": ctx["build"]},
                 "concurrency": lv,
                 "config": ctx["ident"]["config"],
-                "status": {
-                    "state": "failed",
-                    "reasons": [],
-                    "error": f"{type(exc).__name__}: {exc}",
-                },
+                "status": status_record("failed", error=exc),
                 "command": list(base.command),
             }
             for lv in self.levels
@@ -198,14 +195,14 @@ def measure_extras(runner: Any, job: dict[str, Any], cells: list[Any], paths: li
     state = job["state"]
     tunable = isinstance(state.get("store"), TunableSearch)
     if state.get("store") is not None and not tunable and i != len(job["grid"]) - 1:
-        runner._close(state)  # built for another setting, and it cannot be re-set
+        runner.close(state)  # built for another setting, and it cannot be re-set
     store = runner.ensure_built(job, search)
     if isinstance(store, TunableSearch) and search:
         store.set_search_params(state["name"], **search)
     ident = cell_identity(base, s, build, search)
     ctx = {"base": base, "setting": s, "build": build, "search": search, "ident": ident,
            "path": paths[i], "cell": cells[i]}  # fmt: skip
-    runner._say(f"  deployable setting {search or '(none)'}: {', '.join(todo)}")
+    runner.say(f"  deployable setting {search or '(none)'}: {', '.join(todo)}")
     if "filtered" in todo:
         t = time.perf_counter()
         runner.filtered_cells += runner.filters.measure(
@@ -220,8 +217,8 @@ def measure_extras(runner: Any, job: dict[str, Any], cells: list[Any], paths: li
         except StoreUnavailableError:
             raise
         except Exception as exc:
-            runner._say(f"  failed concurrency: {type(exc).__name__}: {exc}")
+            runner.say(f"  failed concurrency: {type(exc).__name__}: {exc}")
             for c in plan.failed(ctx, exc):
-                runner._write(plan.path(paths[i], c["concurrency"]), c)
+                runner.write(plan.path(paths[i], c["concurrency"]), c)
                 runner.concurrency_cells.append(c)
         runner.seconds["concurrency"] += time.perf_counter() - t

@@ -10,7 +10,7 @@ swept, the same built index, set to its deployable setting
 (:func:`~imsearch_align.collection.extras.deploy_index`), is searched with
 ``search_filtered`` once per selectivity. Each such
 search is one cell, ``kind: "filtered"`` (the fields of
-:mod:`imsearch_align.report_html.contract`): ``filter.selectivity`` (the
+:mod:`imsearch_align.experiment.study_cell`): ``filter.selectivity`` (the
 share kept, as asked; ``filter.kept_share`` as measured),
 ``filter.expression`` (Milvus syntax), the task's measures on the filtered
 answers next to the exact filtered truth's, ANN recall against the exact
@@ -38,7 +38,7 @@ from typing import Any
 
 import numpy as np
 
-from imsearch_align.collection.cell_files import load_clean
+from imsearch_align.collection.cell_files import read_ok
 from imsearch_align.collection.filters import (
     CategoryAttribute,
     assign_categories,
@@ -53,6 +53,7 @@ from imsearch_align.collection.label_cell import label_cell
 from imsearch_align.collection.measure import search_batched, search_latency
 from imsearch_align.collection.recall import ann_recall_at_k, compare_measures
 from imsearch_align.collection.under_filter import SHARED_FIELDS, UnderFilter, plain_id
+from imsearch_align.experiment.study_cell import status_record
 from imsearch_align.framework.interfaces import FilteredSearch, StoreUnavailableError
 from imsearch_align.framework.metrics import Run
 
@@ -156,7 +157,7 @@ class FilterPlan:
         """The clean filtered cells of every selectivity (and the label cell) measured
         before on the cell at ``path`` (the unfiltered one's file), else None."""
 
-        done = [load_clean(self.path(path, x)) for x in self.cases()]
+        done = [read_ok(self.path(path, x)) for x in self.cases()]
         return done if all(done) else None
 
     # -- cells ------------------------------------------------------------------------
@@ -200,8 +201,8 @@ class FilterPlan:
             except Exception as exc:
                 cell = self._failed(ctx, sel, exc)
                 shown = sel if sel == "label" else f"{sel:g}"
-                runner._say(f"  failed filter {shown}: {cell['status']['error']}")
-            runner._write(path, cell)
+                runner.say(f"  failed filter {shown}: {cell['status']['error']}")
+            runner.write(path, cell)
             out.append(cell)
         return out
 
@@ -255,15 +256,15 @@ class FilterPlan:
             latency_ms=latency,
             truth=truth.record(),
             config=ctx["ident"]["config"],
-            status={"state": "ok", "reasons": [], "error": None},
+            status=status_record(),
         )
         short = f" {len(lost)} queries without a kept relevant item" if len(lost) else ""
         rec = f"recall {recall.mean:.3f}"
-        runner._say(f"    filter {sel:g} (kept {cell['filter']['kept_share']:.4f}): "
+        runner.say(f"    filter {sel:g} (kept {cell['filter']['kept_share']:.4f}): "
                     f"{rec} {qps:,.0f} q/s{short}")  # fmt: skip
         if len(lost):
             shown = ", ".join(str(plain_id(q)) for q in lost[:NAMED])
-            runner._say(f"    queries without a kept relevant item (counted, scored 0): {shown}"
+            runner.say(f"    queries without a kept relevant item (counted, scored 0): {shown}"
                         + (" ..." if len(lost) > NAMED else ""))  # fmt: skip
         return cell
 
@@ -272,6 +273,6 @@ class FilterPlan:
         cell.update(
             kind="filtered",
             filter={"field": "label"} if sel == "label" else {"selectivity": sel},
-            status={"state": "failed", "reasons": [], "error": f"{type(exc).__name__}: {exc}"},
+            status=status_record("failed", error=exc),
         )
         return cell

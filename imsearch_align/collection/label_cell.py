@@ -32,6 +32,7 @@ from imsearch_align.collection.label_filter import UNKNOWN, LabelAttribute, quer
 from imsearch_align.collection.measure import search_batched, search_latency
 from imsearch_align.collection.recall import ann_recall_at_k, compare_measures
 from imsearch_align.collection.under_filter import SHARED_FIELDS, UnderFilter
+from imsearch_align.experiment.study_cell import status_record
 from imsearch_align.framework.metrics import Qrels, Run
 
 __all__ = ["EXPRESSION", "label_cell"]
@@ -160,8 +161,8 @@ def label_cell(
             "seconds": round(acc["truth_s"], 3),
         },
         config=ctx["ident"]["config"],
-        status={"state": "ok", "reasons": [], "error": None},
+        status=status_record(),
     )
-    runner._say(f"    filter label (each query's own, {len(acc['per_label'])} labels, kept "
+    runner.say(f"    filter label (each query's own, {len(acc['per_label'])} labels, kept "
                 f"{kept:.4f} on average): recall {recall:.3f} {qps:,.0f} q/s")  # fmt: skip
     return cell

@@ -15,7 +15,7 @@ approximate side by side, and ANN recall), never from the store's scores
 alone (quantised indexes report approximate ones).
 
 Each cell is one JSON file in the output folder (``kind:
-"collection_scale"``, the fields of :mod:`imsearch_align.report_html.contract`),
+"collection_scale"``, the fields of :mod:`imsearch_align.experiment.study_cell`),
 written atomically under a name holding the cell's settings and a key of its
 whole configuration (:func:`cell_path`), so no two configurations share a
 file; with ``skip_existing`` a clean file of the same configuration is
@@ -33,13 +33,10 @@ filters (``kind: "filtered"``, one per selectivity) and concurrent clients
 
 from __future__ import annotations
 
-import json
 import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
-
-import numpy as np
 
 from imsearch_align.collection.cell_files import (
     FORMAT,
@@ -61,6 +58,7 @@ from imsearch_align.collection.measure import (
 from imsearch_align.collection.prepare import Prepared
 from imsearch_align.collection.recall import ann_recall_at_k, compare_measures
 from imsearch_align.collection.settings import STORES, IndexSetting, resolve
+from imsearch_align.experiment.study_cell import status_record, write_cell
 from imsearch_align.framework._heap import release_freed_memory
 
 __all__ = ["CellBase", "CellRunner", "cell_identity", "cell_path", "load_clean"]
@@ -109,7 +107,8 @@ class CellRunner:
         #: folder): hidden, so a report of ``out`` skips it; the caller removes it.
         self.work = self.out / ".stores"
 
-    def _say(self, text: str) -> None:
+    def say(self, text: str) -> None:
+        """One progress line (to ``log``, else standard error)."""
         print(text, file=self.log or sys.stderr, flush=True)
 
     def run(
@@ -138,7 +137,7 @@ class CellRunner:
         ]
         for c in cells:
             if c is not None:
-                self._say(f"  reused {_label(c)}")
+                self.say(f"  reused {_label(c)}")
         state: dict[str, Any] = {"store": None}
         job = {"prep": prep, "coll": coll, "base": base, "setting": s, "build": build,
                "grid": grid, "truth_of": truth_of, "state": state}  # fmt: skip
@@ -155,13 +154,13 @@ class CellRunner:
                     raise
                 except Exception as exc:
                     cells[i] = self._failed(base, s, build, search, exc, paths[i])
-                    self._close(state)
+                    self.close(state)
                     continue
-                self._write(paths[i], cells[i])
+                self.write(paths[i], cells[i])
             if self.filters is not None or self.concurrency is not None:
                 measure_extras(self, job, cells, paths)
         finally:
-            self._close(state)
+            self.close(state)
         return [c for c in cells if c is not None]
 
     def ensure_built(self, job: dict[str, Any], search: dict[str, int]) -> Any:
@@ -190,7 +189,7 @@ class CellRunner:
         state = job["state"]
         store = state["store"]
         if store is None or not isinstance(store, TunableSearch):
-            self._close(state)
+            self.close(state)
             self.ensure_built(job, search)
         elif search:
             store.set_search_params(state["name"], **search)
@@ -256,11 +255,11 @@ class CellRunner:
             "n_support": prep.n_support,
             "fit_s": round(prep.fit_s, 4),
             "config": ident["config"],
-            "status": {"state": "ok", "reasons": [], "error": None},
+            "status": status_record(),
             "provenance": capture(store).to_dict(),
             "command": list(base.command),
         }
-        self._say(f"  {_label(cell)}")
+        self.say(f"  {_label(cell)}")
         return cell
 
     def _disk(self, s: IndexSetting) -> int | None:
@@ -280,25 +279,25 @@ class CellRunner:
         path: Path,
     ) -> dict[str, Any]:
         error = f"{type(exc).__name__}: {exc}"
-        self._say(f"  failed {s.label} {search or ''} size={base.size:,}: {error}")
+        self.say(f"  failed {s.label} {search or ''} size={base.size:,}: {error}")
         cell = {
             **_cell_head(base, s),
             "index": {"type": s.index_type, "params": build, "search_params": search},
             "collection": {"size": base.size, "distractors": base.distractors},
             "config": base.config,
-            "status": {"state": "failed", "reasons": [], "error": error},
+            "status": status_record("failed", error=error),
             "command": list(base.command),
         }
-        self._write(path, cell)
+        self.write(path, cell)
         return cell
 
-    def _write(self, path: Path, cell: dict[str, Any]) -> None:
-        from imsearch_align.framework.atomic import atomic_write
-
-        atomic_write(path, json.dumps(cell, indent=2, default=_json_default))
+    def write(self, path: Path, cell: dict[str, Any]) -> None:
+        """Write ``cell`` at ``path`` through the one writer of study cells."""
+        write_cell(path, cell)
 
     @staticmethod
-    def _close(state: dict[str, Any]) -> None:
+    def close(state: dict[str, Any]) -> None:
+        """Drop the build held in ``state`` (its collection, the store) and give back memory."""
         store, state["store"] = state.get("store"), None
         if store is None:
             return
@@ -308,12 +307,6 @@ class CellRunner:
         finally:
             store.close()
             release_freed_memory()
-
-
-def _json_default(v: Any) -> Any:
-    if isinstance(v, np.integer | np.floating):
-        return v.item()
-    return str(v)
 
 
 def _label(cell: dict[str, Any]) -> str:

@@ -158,8 +158,8 @@ def quality_vs_size(
     setting at each size (dashed)."""
     from matplotlib.ticker import NullFormatter
 
+    from imsearch_align.experiment.study_cell import EXACT_INDEX_TYPES
     from imsearch_align.plots._figure import grid, new_figure, palette, save
-    from imsearch_align.report_html.contract import EXACT_INDEX_TYPES
 
     cells = [c for c in _ok(cells) if c.get("metrics", {}).get(metric) is not None]
     if not cells:

@@ -1,6 +1,6 @@
 """A concurrency run as the report's study cells: one JSON object per level.
 
-The fields are those :mod:`imsearch_align.report_html.contract` documents
+The fields are those :mod:`imsearch_align.experiment.study_cell` documents
 for ``kind: "concurrency"`` (``store``, ``method``, ``dataset``,
 ``direction``, ``index.type`` / ``.params`` / ``.search_params``,
 ``collection.size``, ``concurrency``, ``queries_per_s``, ``latency_ms.p50`` /
@@ -14,7 +14,6 @@ run, and (when quality was scored) how many queries it covers.
 
 from __future__ import annotations
 
-import json
 import math
 import re
 from collections.abc import Mapping, Sequence
@@ -23,7 +22,7 @@ from typing import Any
 
 from imsearch_align.concurrency.quality import Quality
 from imsearch_align.concurrency.result import PERCENTILES, ConcurrencyResult, LevelResult
-from imsearch_align.framework.atomic import atomic_write
+from imsearch_align.experiment.study_cell import CELL_FORMAT, write_cell
 
 __all__ = ["concurrency_cells", "write_cells"]
 
@@ -102,6 +101,7 @@ def concurrency_cells(
     for lv in result.levels:
         q = quality.get(lv.concurrency)
         cell: dict[str, Any] = {
+            "format": CELL_FORMAT,
             "kind": "concurrency",
             "store": store,
             "method": method,
@@ -133,24 +133,14 @@ def _slug(text: str) -> str:
 
 def write_cells(cells: Sequence[Mapping[str, Any]], directory: str | Path) -> list[Path]:
     """Write each cell as ``concurrency-<store>-<index>-<method>-c<N>.json`` in ``directory``
-    (atomically; NaN written as null); the paths written."""
+    through the one writer of study cells (atomically; NaN written as null); the paths."""
     out = []
     for cell in cells:
         name = "-".join(
             _slug(str(p))
             for p in ("concurrency", cell["store"], cell["index"]["type"], cell["method"])
         )
-        path = Path(directory) / f"{name}-c{cell['concurrency']}.json"
-        text = json.dumps(_no_nan(cell), indent=2, sort_keys=True) + "\n"
-        out.append(atomic_write(path, text))
+        path = Path(directory) / f"{name}-c{_slug(str(cell['concurrency']))}.json"
+        write_cell(path, cell)
+        out.append(path)
     return out
-
-
-def _no_nan(value: Any) -> Any:
-    if isinstance(value, float) and value != value:
-        return None
-    if isinstance(value, Mapping):
-        return {k: _no_nan(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [_no_nan(v) for v in value]
-    return value

@@ -1,13 +1,22 @@
-"""The study cells the report reads besides experiment results: their fields, documented.
+"""A study cell: the one result type of the collection study, its one writer and its one reader.
 
-The collection-scale study, the concurrency runner and the filtered-search
-study write one JSON per cell. The report reads any JSON object with a
-``kind`` of :data:`CELL_KINDS`; dotted names below are nested keys
-(``collection.size`` is ``{"collection": {"size": ...}}``).
+The collection study (:mod:`imsearch_align.study`), its filtered searches and
+the concurrency runner write one JSON object per cell through
+:func:`write_cell`, which stamps :data:`CELL_FORMAT` on every kind and
+refuses a cell its own reader would refuse. :func:`read_cell` (a JSON
+object) and :func:`load_cell` (a file) give a typed :class:`StudyCell`;
+the report, the leaderboards, the cost model's inputs, ``--skip-existing``
+and the deploy rule all read cells through them. ``StudyCell.record`` keeps
+the whole object (timings, memory, truth, the run's checks), so nothing a
+writer adds is lost to a reader. Files of ``collection-cell/1`` without a
+``format`` (concurrency cells written before every kind had one) still read.
+Dotted names below are nested keys (``collection.size`` is
+``{"collection": {"size": ...}}``).
 
 Every kind:
 
-* ``kind``: ``"collection_scale"``, ``"concurrency"`` or ``"filtered"``.
+* ``format``: :data:`CELL_FORMAT`.
+* ``kind``: ``"collection_scale"`` (a sweep cell), ``"concurrency"`` or ``"filtered"``.
 * ``store``, ``method`` (str, required); ``dataset``, ``direction``
   (``t2i`` by default), optional.
 * ``index.type`` (``HNSW``, ``IVF_FLAT``, ``FLAT``...; default the store's
@@ -37,18 +46,37 @@ Per kind, required unless the cell failed:
 
 from __future__ import annotations
 
+import json
 import math
 import shlex
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
+from types import MappingProxyType
 from typing import Any
+
+import numpy as np
 
 from imsearch_align.experiment.provenance import Provenance
 from imsearch_align.experiment.result import RunStatus
+from imsearch_align.framework.atomic import atomic_write
 
-__all__ = ["CELL_KINDS", "EXACT_INDEX_TYPES", "CellError", "StudyCell", "is_cell", "read_cell"]
+__all__ = [
+    "CELL_FORMAT",
+    "CELL_KINDS",
+    "EXACT_INDEX_TYPES",
+    "CellError",
+    "StudyCell",
+    "is_cell",
+    "load_cell",
+    "read_cell",
+    "status_record",
+    "write_cell",
+]
 
-#: The kinds of study cell the report draws.
+#: The ``format`` of every study cell.
+CELL_FORMAT = "collection-cell/1"
+#: The kinds of study cell.
 CELL_KINDS = ("collection_scale", "concurrency", "filtered")
 #: Index types (lower case) that search exactly: the quality ceiling.
 EXACT_INDEX_TYPES = frozenset({"flat", "exact", "brute_force", "bruteforce"})
@@ -82,6 +110,13 @@ class StudyCell:
     provenance: Provenance = field(default_factory=Provenance)
     command: str = ""
     path: str = ""
+    format: str = CELL_FORMAT
+    record: Mapping[str, Any] = field(default_factory=dict, repr=False, compare=False)
+
+    @property
+    def ok(self) -> bool:
+        """Whether the cell finished ok."""
+        return self.status.ok
 
     @property
     def exact(self) -> bool:
@@ -132,6 +167,8 @@ def _metrics(d: Mapping[str, Any], *, required: bool, key: str = "metrics") -> d
     raw = _mapping(d, key)
     out = {}
     for k, v in raw.items():
+        if v is None:  # NaN as JSON writes it: nothing to score
+            continue
         if isinstance(v, bool) or not isinstance(v, int | float):
             raise CellError(f"{key}[{k!r}] must be a number, got {v!r}")
         if not math.isnan(float(v)):
@@ -162,8 +199,12 @@ def read_cell(data: Mapping[str, Any], path: str = "") -> StudyCell:
     """The :class:`StudyCell` of a cell's JSON object; a missing or wrong field raises
     :class:`CellError` naming it."""
     if not is_cell(data):
-        raise CellError(f"'kind' must be one of {list(CELL_KINDS)}, got {data.get('kind')!r}")
+        kind = data.get("kind") if isinstance(data, Mapping) else None
+        raise CellError(f"'kind' must be one of {list(CELL_KINDS)}, got {kind!r}")
     kind = data["kind"]
+    fmt = data.get("format", CELL_FORMAT if kind == "concurrency" else None)
+    if fmt != CELL_FORMAT:
+        raise CellError(f"'format' must be {CELL_FORMAT!r}, got {fmt!r}")
     for name in ("store", "method"):
         if not isinstance(data.get(name), str) or not data[name]:
             raise CellError(f"field {name!r} must be a non-empty string")
@@ -199,4 +240,54 @@ def read_cell(data: Mapping[str, Any], path: str = "") -> StudyCell:
         provenance=Provenance.from_dict(dict(data.get("provenance") or {})),
         command=_command(data),
         path=path,
+        format=fmt,
+        record=MappingProxyType(dict(data)),
     )
+
+
+def load_cell(path: str | Path) -> StudyCell:
+    """The cell stored at ``path``; an unreadable file or a bad field raises
+    :class:`CellError` naming the file."""
+    p = Path(path)
+    try:
+        data = json.loads(p.read_text(encoding="utf-8"))
+    except (OSError, ValueError, RecursionError) as exc:
+        raise CellError(f"{str(p)!r}: cannot read a cell: {type(exc).__name__}: {exc}") from None
+    try:
+        return read_cell(data, str(p))
+    except CellError as exc:
+        raise CellError(f"{str(p)!r}: {exc}") from None
+
+
+def status_record(state: str = "ok", *, error: BaseException | str | None = None,
+                  reasons: tuple[str, ...] = ()) -> dict[str, Any]:  # fmt: skip
+    """A cell's ``status`` (a :class:`RunStatus`, checked): ``error`` an exception or text."""
+    if isinstance(error, BaseException):
+        error = f"{type(error).__name__}: {error}"
+    st = RunStatus(state, tuple(reasons), error)
+    return {"state": st.state, "reasons": list(st.reasons), "error": st.error}
+
+
+def write_cell(path: str | Path, record: Mapping[str, Any]) -> StudyCell:
+    """Write ``record`` as the cell at ``path`` (atomically; ``format`` stamped; numpy
+    scalars as numbers; NaN as null) and return it read back: a record the reader
+    refuses is not written (:class:`CellError`)."""
+    data = _plain({**record, "format": CELL_FORMAT})
+    cell = read_cell(data, str(path))
+    atomic_write(Path(path), json.dumps(data, indent=2) + "\n")
+    return cell
+
+
+def _plain(value: Any) -> Any:
+    """JSON-ready: numpy scalars as Python numbers, NaN as None, tuples as lists."""
+    if isinstance(value, np.generic):
+        value = value.item()
+    if isinstance(value, float) and value != value:
+        return None
+    if isinstance(value, Mapping):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_plain(v) for v in value]
+    if isinstance(value, str | int | float | bool) or value is None:
+        return value
+    return str(value)

@@ -12,9 +12,9 @@ kind of result the folder lacks is a one-line note. Everything is inline
     from imsearch_align.report_html import write_report
     write_report("results/")            # -> results/report.html
 
-Rooms: :mod:`.contract` documents and reads the study cells (collection
-scale, concurrency, filtered search) besides experiment results;
-:mod:`.collect` finds both in a folder; :mod:`.commands` writes the command
+Study cells (collection scale, concurrency, filtered search) are read
+through :mod:`imsearch_align.experiment.study_cell`, their one reader, besides
+experiment results. Rooms: :mod:`.collect` finds both in a folder; :mod:`.commands` writes the command
 line of a recorded config; :mod:`.svg` draws charts; :mod:`.quality`,
 :mod:`.learning` and :mod:`.production` make the figures; :mod:`.sections`
 renders the tables and figures as HTML; :mod:`.study_board` tables the
@@ -23,8 +23,8 @@ collection-scale cells for the leaderboard; :mod:`.page` assembles the page.
 
 from __future__ import annotations
 
+from imsearch_align.experiment.study_cell import CELL_KINDS, CellError, StudyCell, read_cell
 from imsearch_align.report_html.collect import Collected, ReportError, collect
-from imsearch_align.report_html.contract import CELL_KINDS, CellError, StudyCell, read_cell
 from imsearch_align.report_html.page import build_page, write_report
 from imsearch_align.report_html.quality import pareto_frontier
 

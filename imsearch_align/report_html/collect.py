@@ -8,8 +8,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from imsearch_align.experiment.result import ExperimentResult, ResultSchemaError
+from imsearch_align.experiment.study_cell import CellError, StudyCell, is_cell, read_cell
 from imsearch_align.leaderboard import find_result_files
-from imsearch_align.report_html.contract import CellError, StudyCell, is_cell, read_cell
 
 __all__ = ["Collected", "ReportError", "collect"]
 
@@ -41,6 +41,9 @@ def _read(f: Path, shown: str, out: Collected) -> None:
         return
     except json.JSONDecodeError as exc:
         out.skipped.append((shown, f"not valid JSON ({exc})"))
+        return
+    except RecursionError:
+        out.skipped.append((shown, "JSON nested too deeply to be a result or a cell"))
         return
     if is_cell(data):
         try:

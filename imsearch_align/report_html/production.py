@@ -12,8 +12,8 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Callable, Sequence
 
+from imsearch_align.experiment.study_cell import StudyCell
 from imsearch_align.plots._results import metric_label, params_text
-from imsearch_align.report_html.contract import StudyCell
 from imsearch_align.report_html.quality import quality_metric
 from imsearch_align.report_html.svg import Chart, Figure, Series
 

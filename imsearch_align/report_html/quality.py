@@ -19,10 +19,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from imsearch_align.experiment.result import ExperimentResult
+from imsearch_align.experiment.study_cell import EXACT_INDEX_TYPES, StudyCell
 from imsearch_align.plots._results import metric_label, params_text, qps, usable_results, value
 from imsearch_align.plots.throughput import _curves, _kind
 from imsearch_align.report_html.commands import commands_for
-from imsearch_align.report_html.contract import EXACT_INDEX_TYPES, StudyCell
 from imsearch_align.report_html.svg import Chart, Figure, Series
 
 __all__ = [

@@ -16,8 +16,8 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Sequence
 
+from imsearch_align.experiment.study_cell import StudyCell
 from imsearch_align.plots._results import params_text
-from imsearch_align.report_html.contract import StudyCell
 from imsearch_align.report_html.quality import ann_recall, quality_metric
 from imsearch_align.report_html.sections import commands_html, esc, table_html
 

@@ -32,11 +32,13 @@ def _cell(store: str, method: str, itype: str, build: dict, search: dict, size: 
           qps: float, recall: float, insert_s: float = 10.0, build_s: float = 5.0,
           rss: int | None = None, state: str = "ok", dim: int = 384) -> dict[str, Any]:  # fmt: skip
     return {
+        "format": "collection-cell/1",
         "kind": "collection_scale", "store": store, "method": method,
         "dataset": "shapes", "direction": "t2i",
         "index": {"type": itype, "params": build, "search_params": search},
         "collection": {"size": size}, "queries": 1000, "batch": 100,
         "queries_per_s": qps, "ann_recall": {"k": 10, "mean": recall},
+        "metrics": {"t2i/ann_recall@10": recall},
         "timings": {"insert_s": insert_s, "build_s": build_s},
         "memory": {"kind": "server_rss" if store == "milvus" else "index_bytes", "bytes": rss},
         "truth": {"dim": dim}, "status": {"state": state},

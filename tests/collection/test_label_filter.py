@@ -209,11 +209,16 @@ class _Runner:
         self.said: list[str] = []
         self.written: dict[str, dict] = {}
 
-    def _say(self, text: str) -> None:
+    def say(self, text: str) -> None:
         self.said.append(text)
 
-    def _write(self, path: Path, cell: dict) -> None:
-        self.written[path.name] = json.loads(json.dumps(cell, default=float))
+    def write(self, path: Path, cell: dict) -> None:
+        """As the one writer of cells: the format stamped, JSON-ready."""
+        from imsearch_align.experiment.study_cell import CELL_FORMAT
+
+        self.written[path.name] = json.loads(
+            json.dumps({**cell, "format": CELL_FORMAT}, default=float)
+        )
 
 
 def _measure(plan, prep, coll, direction: str):
@@ -280,8 +285,8 @@ def test_label_cell_beside_unchanged_category_cells(data, direction):
         label["exact_metrics"][f"{d}/HitRate@10"]
     )
     assert label["latency_ms"]["p50"] > 0 and label["queries_per_s"] > 0
-    # the report reads it as one more point of the filter charts
-    read = [read_cell(c) for c in cells]
+    # the report reads it, as written, as one more point of the filter charts
+    read = [read_cell(runner.written[f"filtered-{x}_cell.json"]) for x in ("s0.5", "s0.1", "label")]
     assert read[2].selectivity == pytest.approx(f["selectivity"])
     figs = filter_figures(read)
     assert figs and any("filter: label in [L]" in n for fig in figs for n in fig.notes)

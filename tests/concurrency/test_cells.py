@@ -7,9 +7,9 @@ import json
 import numpy as np
 
 from imsearch_align.concurrency import concurrency_cells, quality, run_concurrent, write_cells
+from imsearch_align.experiment.study_cell import read_cell
 from imsearch_align.framework.metrics import Qrels
 from imsearch_align.report_html.collect import collect
-from imsearch_align.report_html.contract import read_cell
 
 
 def test_cells_read_back_through_the_report_contract(built, tmp_path):

@@ -52,7 +52,7 @@ def test_study_reproduces_the_cells_of_the_script_before_the_redesign(tmp_path):
         embeddings=str(emb), out=str(tmp_path / "out"), truth_cache=str(tmp_path / "truth"),
         queries=80, latency_queries=5, stores=("exact", "faiss"),
         index=("exact:flat", "faiss:flat", "faiss:ivf_flat:nprobe=1,4",
-               "faiss:hnsw:M=8,efConstruction=40,efSearch=8,32"),
+               "faiss:hnsw:M=8,efConstruction=40,efSearch=32"),
         sizes=(0, 500), filters=(0.5, 0.1), concurrency=(1, 2), concurrency_duration=0.3,
     )  # fmt: skip
     result = run_study(spec, progress=False)
