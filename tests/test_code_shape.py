@@ -1,9 +1,10 @@
-"""Code shape: the whole package keeps rooms a newcomer can hold (issue 27).
+"""Code shape: the whole package and the benchmark scripts keep rooms a newcomer can hold
+(issues 27 and 35).
 
 * no function is over 100 lines, except the numba kernels named in
   :data:`LONG_KERNELS` with the reason splitting them costs speed;
-* no module under ``imsearch_align/`` is over 600 lines, and at most
-  :data:`MAX_OVER_400` modules are over 400.
+* no module under ``imsearch_align/`` or ``benchmarks/`` is over 600 lines,
+  and at most :data:`MAX_OVER_400` modules are over 400.
 
 Every ``def`` counts, nested ones and methods included, from its ``def``
 line (decorators excluded) to its last line.
@@ -17,6 +18,7 @@ from pathlib import Path
 import pytest
 
 PACKAGE = Path(__file__).resolve().parents[1] / "imsearch_align"
+BENCHMARKS = PACKAGE.parent / "benchmarks"
 MAX_LINES = 100
 MAX_FILE_LINES = 600
 SOFT_FILE_LINES = 400
@@ -39,10 +41,14 @@ LONG_KERNELS: dict[tuple[str, str], str] = {
 
 
 def _modules() -> list[Path]:
-    return sorted(p for p in PACKAGE.rglob("*.py") if "__pycache__" not in p.parts)
+    package = sorted(p for p in PACKAGE.rglob("*.py") if "__pycache__" not in p.parts)
+    return package + sorted(BENCHMARKS.glob("*.py"))
 
 
 def _rel(p: Path) -> str:
+    """A package module relative to the package; a benchmark as ``benchmarks/NAME.py``."""
+    if p.is_relative_to(BENCHMARKS):
+        return str(p.relative_to(PACKAGE.parent))
     return str(p.relative_to(PACKAGE))
 
 
@@ -76,6 +82,7 @@ def test_the_whole_package_is_checked():
     assert any(f.startswith("experiment/") for f in files)
     assert any(f.startswith("adapters/") for f in files)
     assert any(f.startswith("framework/") for f in files)
+    assert {"benchmarks/flickr.py", "benchmarks/perf.py", "benchmarks/collection.py"} <= files
     assert len(files) >= 90
 
 
