@@ -49,6 +49,7 @@ module holds :class:`BaseStore` and :func:`package_versions` (provenance).
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Mapping
 from importlib import metadata
 from typing import Any
 
@@ -158,6 +159,13 @@ class BaseStore(ABC):
     #: Whether every stored id is kept in ``CollectionInfo.ids`` (False for
     #: a store whose server holds them; it implements ``_stored_among``).
     keeps_ids: bool = True
+
+    @classmethod
+    def client_process_limit(cls, params: Mapping[str, Any]) -> tuple[int | None, str]:
+        """The most client processes that may each open this store with ``params`` (None:
+        no limit; 0: none, the data live in one process's memory) and why: the
+        concurrency runner's process mode reads it, so no caller branches on a store."""
+        return None, ""
 
     def __init__(self) -> None:
         self._collections: dict[str, CollectionInfo] = {}

@@ -34,6 +34,7 @@ unique, so results are identical with either top-k backend (tested).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
@@ -148,6 +149,15 @@ class ExactStore(FilterableStore):
     exact = True
     #: numba runs the sparse search (and torch, when installed, the dense top-k).
     provenance_packages = ("numpy", "scipy", "numba", "torch")
+
+    @classmethod
+    def client_process_limit(cls, params: Mapping[str, Any]) -> tuple[int | None, str]:
+        """None: the collections live in the memory of the process that filled the store,
+        so a client process would open an empty one."""
+        return 0, (
+            "store 'exact' keeps its collections in the memory of the process "
+            "that filled it, so a client process would open an empty store; use mode='threads'"
+        )
 
     def __init__(
         self, *, max_memory_mb: int = 512, topk: str = "auto", threads: int | None = None

@@ -55,6 +55,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -159,6 +160,16 @@ class FaissStore(FilterableStore):
 
     #: faiss itself (CPU or GPU wheel), and numba for sparse collections.
     provenance_packages = ("faiss-cpu", "faiss-gpu", "numpy", "numba")
+
+    @classmethod
+    def client_process_limit(cls, params: Mapping[str, Any]) -> tuple[int | None, str]:
+        """None: the collections live in the memory of the process that filled the store,
+        so a client process would open an empty one."""
+        return 0, (
+            "store 'faiss' keeps its collections in the memory of the process "
+            "that filled it, so a client process would open an empty store; use mode='threads'"
+        )
+
     #: One search call runs on every core (OpenMP): the evaluator calls it from one thread.
     parallel_search = True
 

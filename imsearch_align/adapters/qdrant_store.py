@@ -47,6 +47,7 @@ from __future__ import annotations
 import logging
 import os
 import time
+from collections.abc import Mapping
 from importlib import metadata
 from pathlib import Path
 from typing import Any
@@ -122,6 +123,23 @@ class QdrantStore(FilterableStore):
     #: thread-safe.
     thread_safe = True
     provenance_packages = ("qdrant-client",)
+
+    @classmethod
+    def client_process_limit(cls, params: Mapping[str, Any]) -> tuple[int | None, str]:
+        """One process for a local folder (it locks it), none in memory, no limit for a
+        server (``url``)."""
+        if params.get("url"):
+            return None, ""
+        path = params.get("path")
+        if path and str(path) != ":memory:":
+            return 1, (
+                f"Qdrant local mode (path={str(path)!r}) locks its folder to one client; "
+                "use a Qdrant server (url=...) for several client processes"
+            )
+        return 0, (
+            "Qdrant in-memory mode keeps its collections in one process's memory; use "
+            "mode='threads' or a Qdrant server (url=...)"
+        )
 
     def __init__(
         self,

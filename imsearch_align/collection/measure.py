@@ -25,7 +25,6 @@ process runs on this machine (``server_rss``; None otherwise).
 
 from __future__ import annotations
 
-import os
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -37,6 +36,7 @@ import numpy as np
 
 from imsearch_align.collection.aligned import StreamDigest
 from imsearch_align.collection.settings import STORES, IndexSetting
+from imsearch_align.collection.store_modes import disk_bytes
 
 __all__ = [
     "BuildStats",
@@ -59,28 +59,9 @@ def open_store(
     uri: str | None,
     workdir: Path,
 ) -> Any:
-    """The store of setting ``s`` with these build and (initial) search parameters."""
-    from imsearch_align.framework.registry import STORES as REGISTRY
-
-    factory = REGISTRY.get(STORES[s.store].registry)
-    if s.store in ("milvus-lite", "qdrant-local", "lancedb"):
-        Path(workdir).mkdir(parents=True, exist_ok=True)
-    if s.store == "faiss":
-        return factory(index=s.index_type, **build, **search)
-    if s.store in ("milvus", "milvus-lite"):
-        where = uri if s.store == "milvus" else str(Path(workdir) / "milvus_lite.db")
-        return factory(
-            where,
-            index=s.index_type,
-            index_params=build,
-            search_params=search,
-            check_duplicates=False,  # ids are unique by construction (checked by the truth)
-        )
-    if s.store == "qdrant-local":
-        return factory(path=str(Path(workdir) / "qdrant_local"), exact=True)
-    if s.store == "lancedb":
-        return factory(str(Path(workdir) / "lancedb"), index=s.index_type, **build, **search)
-    return factory()
+    """The store of setting ``s`` with these build and (initial) search parameters, opened
+    as its store mode declares."""
+    return STORES[s.store].open(s.index_type, build, search, uri=uri, workdir=Path(workdir))
 
 
 def rss_tree(pid: int | None = None) -> int:
@@ -131,14 +112,40 @@ def harness_memory() -> dict[str, int]:
     return {"rss_bytes": rss, "peak_rss_bytes": max(rss, int(peak))}  # the kernel's peak lags
 
 
-def disk_bytes(path: str | os.PathLike) -> int | None:
-    """Bytes of a file or of every file under a folder (None when it does not exist)."""
-    p = Path(path)
-    if p.is_file():
-        return p.stat().st_size
-    if not p.is_dir():
-        return None
-    return sum(f.stat().st_size for f in p.rglob("*") if f.is_file())
+def make_searchable(store: Any, name: str) -> dict[str, Any]:
+    """Wait until every inserted row of ``name`` is searched (Milvus: flushed, indexed,
+    loaded, counted; FAISS: an index still waiting for training rows built)."""
+    if hasattr(store, "make_searchable"):
+        return dict(store.make_searchable(name) or {})
+    if hasattr(store, "faiss_index"):
+        store.faiss_index(name)
+    return {}
+
+
+def training_rows(store: Any) -> int:
+    """Rows a store's index should see in its first insert: FAISS trains an IVF index on
+    the insert that reaches ``nlist`` rows, and asks for 39 rows per centroid (0: any)."""
+    from imsearch_align.adapters.faiss_index import MIN_POINTS_PER_CENTROID
+
+    spec = getattr(store, "index_spec", None)
+    return MIN_POINTS_PER_CENTROID * spec.centroids if spec is not None and spec.ivf else 0
+
+
+def _first_rows(blocks: Any, rows: int) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+    """``blocks`` with the first ones joined until they hold ``rows`` rows (the training
+    insert of an IVF index; the harness's peak grows by that much, once)."""
+    it = iter(blocks)
+    ids, parts, n = [], [], 0
+    for i, b in it:
+        ids.append(i)
+        parts.append(b)
+        n += len(i)
+        if n >= rows:
+            break
+    if parts:
+        yield np.concatenate(ids), np.concatenate(parts)
+    del ids, parts
+    yield from it
 
 
 @dataclass
@@ -177,42 +184,6 @@ class BuildStats:
             "load_s": self.ready.get("load_s"),
             "ready": self.ready,
         }
-
-
-def make_searchable(store: Any, name: str) -> dict[str, Any]:
-    """Wait until every inserted row of ``name`` is searched (Milvus: flushed, indexed,
-    loaded, counted; FAISS: an index still waiting for training rows built)."""
-    if hasattr(store, "make_searchable"):
-        return dict(store.make_searchable(name) or {})
-    if hasattr(store, "faiss_index"):
-        store.faiss_index(name)
-    return {}
-
-
-def training_rows(store: Any) -> int:
-    """Rows a store's index should see in its first insert: FAISS trains an IVF index on
-    the insert that reaches ``nlist`` rows, and asks for 39 rows per centroid (0: any)."""
-    from imsearch_align.adapters.faiss_index import MIN_POINTS_PER_CENTROID
-
-    spec = getattr(store, "index_spec", None)
-    return MIN_POINTS_PER_CENTROID * spec.centroids if spec is not None and spec.ivf else 0
-
-
-def _first_rows(blocks: Any, rows: int) -> Iterator[tuple[np.ndarray, np.ndarray]]:
-    """``blocks`` with the first ones joined until they hold ``rows`` rows (the training
-    insert of an IVF index; the harness's peak grows by that much, once)."""
-    it = iter(blocks)
-    ids, parts, n = [], [], 0
-    for i, b in it:
-        ids.append(i)
-        parts.append(b)
-        n += len(i)
-        if n >= rows:
-            break
-    if parts:
-        yield np.concatenate(ids), np.concatenate(parts)
-    del ids, parts
-    yield from it
 
 
 def insert_collection(

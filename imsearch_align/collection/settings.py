@@ -21,13 +21,11 @@ collection size. An IVF index without ``nlist`` takes :func:`auto_nlist` of
 each collection size (Milvus at most :data:`MILVUS_NLIST_CAP`: it trains per
 segment), and ``nprobe`` values above it are capped.
 
-Store modes (:data:`STORES`): ``faiss`` and ``exact`` in this process,
-``milvus-lite`` (Milvus Lite in this process, a database in the output
-folder), ``milvus`` (a server at a URI), ``qdrant-local`` (Qdrant's local
-mode, exact search on the client), ``lancedb`` (LanceDB embedded, a table
-in the output folder: flat is exact, ``ivf_flat`` is rebuilt per ``nprobe``). :func:`check_size` refuses a collection
-larger than a mode can serve (Milvus Lite above 1M rows, Qdrant local above
-100k), naming the size and the alternative. Every check raises
+Each store mode (:mod:`~imsearch_align.collection.store_modes`) declares
+its index types, aliases, refusals and ``nlist`` cap; this module reads
+them and branches on no store's name. :func:`check_size` refuses a
+collection larger than a mode can serve (Milvus Lite above 1M rows, Qdrant
+local above 100k), naming the size and the alternative. Every check raises
 :class:`SettingError` (a ``ValueError``) before any work.
 """
 
@@ -37,6 +35,8 @@ import itertools
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+
+from imsearch_align.collection.store_modes import MILVUS_NLIST_CAP, STORES, StoreMode
 
 __all__ = [
     "MILVUS_NLIST_CAP",
@@ -56,72 +56,25 @@ class SettingError(ValueError):
     """An index setting or collection size a store cannot take (the message says why)."""
 
 
-@dataclass(frozen=True)
-class StoreMode:
-    """One way to run a store: its registry name, the rows it serves at most, the way out."""
-
-    name: str
-    registry: str
-    max_rows: int | None = None
-    alternative: str = ""
-    in_process: bool = True
-
-
-#: The store modes of the study, by their command-line name.
-STORES: dict[str, StoreMode] = {
-    "faiss": StoreMode("faiss", "faiss"),
-    "exact": StoreMode("exact", "exact"),
-    "milvus-lite": StoreMode(
-        "milvus-lite",
-        "milvus",
-        1_000_000,
-        "Milvus Lite searches one index per 100k-row segment (p50 445 ms per query at 1M); "
-        "use --stores milvus --uri http://HOST:19530 (a Milvus standalone) or faiss",
-    ),
-    "milvus": StoreMode("milvus", "milvus", in_process=False),
-    "qdrant-local": StoreMode(
-        "qdrant-local",
-        "qdrant",
-        100_000,
-        "Qdrant's local mode searches by brute force on the client (4-11 q/s at 100k); use "
-        "a Qdrant server, or faiss / milvus",
-    ),
-    "lancedb": StoreMode("lancedb", "lancedb"),
-}
-#: Index types Milvus Lite refuses although a Milvus server takes them.
-LITE_REFUSED = frozenset({"IVF_PQ", "DISKANN"})
 #: Harness settings an index spec may carry besides the store's parameters.
 HARNESS_PARAMS = ("max_size",)
 
 
 def index_types(store: str) -> dict[str, tuple[tuple[str, ...], tuple[str, ...]]]:
     """``{type: (build-time names, search-time names)}`` of a store mode, in its own spelling."""
-    if store == "faiss":
-        from imsearch_align.adapters.faiss_index import BUILD_PARAMS, SEARCH_PARAMS
-
-        return {t: (BUILD_PARAMS[t], SEARCH_PARAMS[t]) for t in BUILD_PARAMS}
-    if store in ("milvus", "milvus-lite"):
-        from imsearch_align.adapters.milvus.config import INDEX_TYPES
-
-        out = {t: (tuple(sorted(b)), tuple(sorted(s))) for t, (b, s) in INDEX_TYPES.items()}
-        if store == "milvus-lite":
-            out = {t: v for t, v in out.items() if t not in LITE_REFUSED}
-        return out
-    if store in ("exact", "qdrant-local"):
-        return {"flat": ((), ())}
-    if store == "lancedb":  # embedded, on disk; its IVF takes nprobe per build (rebuilt)
-        return {"flat": ((), ()), "ivf_flat": (("nlist",), ("nprobe",))}
-    raise SettingError(f"unknown store {store!r}; choose from {', '.join(STORES)}")
+    if store not in STORES:
+        raise SettingError(f"unknown store {store!r}; choose from {', '.join(STORES)}")
+    return STORES[store].index_types()
 
 
 def _canonical_type(store: str, given: str) -> str:
-    types = index_types(store)
-    aliases = {"ivf": "ivf_flat"} if store == "faiss" else {}
+    mode = STORES[store]
+    types = mode.index_types()
+    aliases = {k.lower(): v for k, v in mode.aliases.items()}
     for t in types:
         if t.lower() == aliases.get(given.lower(), given.lower()):
             return t
-    refused = store == "milvus-lite" and given.upper() in LITE_REFUSED
-    why = " (Milvus Lite refuses it; a Milvus server takes it: --stores milvus)" if refused else ""
+    why = next((f" ({w})" for t, w in mode.refused.items() if t.lower() == given.lower()), "")
     raise SettingError(
         f"--index {store}:{given}: store {store} has no index {given!r}{why}; "
         f"it accepts {', '.join(types)}"
@@ -227,29 +180,11 @@ def parse_index(text: str) -> list[IndexSetting]:
 
 
 def _check_values(s: IndexSetting, text: str) -> None:
-    """The store's own checks of the values (FAISS: ranges, ``nprobe`` within ``nlist``)."""
-    if s.store != "faiss":
-        return
-    from imsearch_align.adapters.faiss_index import check_search_params, make_spec
-
+    """The store mode's own checks of the values (FAISS: ranges, ``nprobe`` within ``nlist``)."""
     try:
-        spec = make_spec(s.index_type, {**s.build, "nlist": s.build.get("nlist")})
-        for name, vals in s.sweep.items():
-            for v in vals:
-                if name == "nprobe" and "nlist" not in s.build:
-                    continue  # capped at the per-size nlist
-                check_search_params(spec, {name: v})
+        STORES[s.store].check_setting(s.index_type, s.build, s.sweep)
     except (TypeError, ValueError) as exc:
         raise SettingError(f"--index {text!r}: {exc}") from None
-
-
-#: The most IVF lists a Milvus collection gets by default. Milvus trains one IVF index
-#: per sealed segment (at most ``dataCoord.segment.maxSize``, 512 MB: about 350k rows
-#: of 384 float32), not one over the collection; Milvus's own guidance is ``4 sqrt``
-#: of the rows searched together, 2,366 for such a segment, and the IVF_FLAT build
-#: of 1M x 256 on Milvus 2.3.5 here took 315 s at nlist 1024 (build time grows with
-#: nlist). Give ``nlist=`` to override.
-MILVUS_NLIST_CAP = 1024
 
 
 def auto_nlist(rows: int, cap: int | None = None) -> int:
@@ -263,13 +198,12 @@ def resolve(s: IndexSetting, rows: int) -> tuple[dict[str, int], list[dict[str, 
     """Build parameters and the search grid of ``s`` for a collection of ``rows``.
 
     ``nlist`` absent from an IVF setting is :func:`auto_nlist` of ``rows``
-    (for Milvus at most :data:`MILVUS_NLIST_CAP`); ``nprobe`` values are capped at ``nlist`` (repeats after capping dropped).
+    (at most the store mode's ``nlist_cap``: Milvus trains per segment); ``nprobe`` values are capped at ``nlist`` (repeats after capping dropped).
     """
     build = dict(s.build)
     sweep = {k: list(v) for k, v in s.sweep.items()}
     if s.ivf and "nlist" not in build:
-        cap = MILVUS_NLIST_CAP if s.store in ("milvus", "milvus-lite") else None
-        build["nlist"] = auto_nlist(rows, cap)
+        build["nlist"] = auto_nlist(rows, STORES[s.store].nlist_cap)
     if "nprobe" in sweep and "nlist" in build:
         sweep["nprobe"] = list(dict.fromkeys(min(v, build["nlist"]) for v in sweep["nprobe"]))
     names = list(sweep)

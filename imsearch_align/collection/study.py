@@ -48,7 +48,6 @@ from imsearch_align.collection.cell_files import (
 from imsearch_align.collection.extras import measure_extras
 from imsearch_align.collection.measure import (
     BuildStats,
-    disk_bytes,
     harness_memory,
     insert_collection,
     open_store,
@@ -263,11 +262,7 @@ class CellRunner:
         return cell
 
     def _disk(self, s: IndexSetting) -> int | None:
-        if s.store == "milvus-lite":
-            return disk_bytes(self.work / "milvus_lite.db")
-        if s.store in ("qdrant-local", "lancedb"):
-            return disk_bytes(self.work / s.store.replace("-", "_"))
-        return None
+        return STORES[s.store].disk_bytes(self.work)
 
     def _failed(
         self,

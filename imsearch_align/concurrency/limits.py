@@ -45,7 +45,6 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
-from imsearch_align.adapters.milvus.config import is_lite_uri, redact_uri
 from imsearch_align.concurrency.spec import StoreSpec
 from imsearch_align.framework.interfaces import is_thread_safe
 
@@ -142,36 +141,13 @@ def thread_limit(store: Any) -> ClientLimit:
 
 
 def _builtin_process_limit(spec: StoreSpec) -> ClientLimit:
-    p = spec.params
-    if spec.name in ("exact", "faiss"):
-        return ClientLimit(
-            0,
-            f"store {spec.name!r} keeps its collections in the memory of the process that "
-            "filled it, so a client process would open an empty store; use mode='threads'",
-        )
-    if spec.name == "milvus":
-        uri = str(p.get("uri", "milvus.db"))
-        if is_lite_uri(uri):
-            return ClientLimit(
-                1,
-                f"Milvus Lite (uri={redact_uri(uri)!r}) serves its data directory from one "
-                "process; start `milvus-lite server` on it and pass uri='http://host:port' "
-                "for several client processes",
-            )
-    if spec.name == "qdrant" and not p.get("url"):
-        path = p.get("path")
-        if path and str(path) != ":memory:":
-            return ClientLimit(
-                1,
-                f"Qdrant local mode (path={str(path)!r}) locks its folder to one client; "
-                "use a Qdrant server (url=...) for several client processes",
-            )
-        return ClientLimit(
-            0,
-            "Qdrant in-memory mode keeps its collections in one process's memory; use "
-            "mode='threads' or a Qdrant server (url=...)",
-        )
-    return ClientLimit(None)
+    """What the store class says of client processes opening it with ``spec.params``
+    (``client_process_limit``; a store without it: no limit)."""
+    declares = getattr(spec.factory(), "client_process_limit", None)
+    if declares is None:
+        return ClientLimit(None)
+    limit, reason = declares(dict(spec.params))
+    return ClientLimit(limit, reason) if limit is not None else ClientLimit(None)
 
 
 def process_limit(spec: StoreSpec) -> ClientLimit:

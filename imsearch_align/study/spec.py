@@ -326,14 +326,16 @@ def _check(spec: StudySpec) -> None:
             "--concurrency-duration must be a finite number of seconds > 0, "
             f"got {spec.concurrency_duration}"
         )
-    stores = spec.store_modes()
-    if "milvus" in stores and not spec.uri:
+    served = [s for s in spec.store_modes() if STORES[s].needs_uri]
+    if served and not spec.uri:
         raise StudySpecError(
-            "--stores milvus needs --uri http://HOST:PORT (a running Milvus server)"
+            f"--stores {served[0]} needs --uri http://HOST:PORT (a running server)"
         )
-    if spec.uri and "milvus" not in stores:
+    if spec.uri and not served:
+        with_uri = ", ".join(n for n, m in STORES.items() if m.needs_uri)
         raise StudySpecError(
-            "--uri is for --stores milvus; --stores milvus-lite keeps its database in --out"
+            f"--uri is for a store mode with a server ({with_uri}); an in-process mode keeps "
+            "its data in --out"
         )
     for method in spec.methods:
         try:

@@ -146,6 +146,19 @@ class MilvusStore(MilvusSearchOptions):
     provenance_packages = ("pymilvus", "milvus-lite")
     keeps_ids = False
 
+    @classmethod
+    def client_process_limit(cls, params: Mapping[str, Any]) -> tuple[int | None, str]:
+        """One process for a Milvus Lite file (it serves its data directory from one
+        process); no limit for a server."""
+        uri = str(params.get("uri", "milvus.db"))
+        if not is_lite_uri(uri):
+            return None, ""
+        return 1, (
+            f"Milvus Lite (uri={redact_uri(uri)!r}) serves its data directory from one "
+            "process; start `milvus-lite server` on it and pass uri='http://host:port' "
+            "for several client processes"
+        )
+
     def __init__(
         self,
         uri: str = "milvus.db",
