@@ -38,7 +38,9 @@ from typing import Any
 
 import numpy as np
 
+from imsearch_align.adapters.attributes import no_filter_message
 from imsearch_align.collection.cell_files import read_ok
+from imsearch_align.collection.filter_kinds import FilterKind, ShareKept, WithinLabel, parse_filter
 from imsearch_align.collection.filters import (
     CategoryAttribute,
     assign_categories,
@@ -49,7 +51,6 @@ from imsearch_align.collection.filters import (
     relevant_doc_ids,
     selectivity_filter,
 )
-from imsearch_align.collection.label_cell import label_cell
 from imsearch_align.collection.measure import search_batched, search_latency
 from imsearch_align.collection.recall import ann_recall_at_k, compare_measures
 from imsearch_align.collection.under_filter import SHARED_FIELDS, UnderFilter, plain_id
@@ -76,7 +77,7 @@ class FilterPlan:
             (None: no ``label`` attribute, no label cell).
     """
 
-    selectivities: tuple[float, ...]
+    selectivities: tuple[Any, ...]
     seed: int = 0
     n_categories: int = 100
     labels: Any = None
@@ -86,11 +87,22 @@ class FilterPlan:
     _truths: dict[Any, Any] = field(default_factory=dict, repr=False)
 
     def __post_init__(self) -> None:
-        self.selectivities = tuple(dict.fromkeys(float(s) for s in self.selectivities))
-        if not self.selectivities:
+        kinds = tuple(dict.fromkeys(parse_filter(s) for s in self.selectivities))
+        if not kinds:
             raise ValueError("filters: give at least one selectivity")
-        for s in self.selectivities:
-            selectivity_filter(s, self.n_categories)
+        for k in kinds:
+            if isinstance(k, ShareKept):
+                selectivity_filter(k.share, self.n_categories)
+            elif k.needs_labels and self.labels is None:
+                raise ValueError(
+                    f"{k.text()!r} needs the dataset's class labels, and this dataset "
+                    "has none (a dataset with labels: --shapes, imagenet)"
+                )
+        if self.labels is not None and not any(k.needs_labels for k in kinds):
+            kinds += (WithinLabel(),)  # the dataset's own metadata joins the shares
+        #: The filter kinds measured on each build.
+        self.kinds: tuple[FilterKind, ...] = kinds
+        self.selectivities = tuple(k.share for k in kinds if isinstance(k, ShareKept))
 
     def attribute(self, prep: Any, coll: Any) -> CategoryAttribute:
         """The categories of ``coll``'s items (computed once per collection)."""
@@ -148,10 +160,10 @@ class FilterPlan:
             return category
         return lambda ids: {**category(ids), **label.attributes(ids)}
 
-    def cases(self) -> list[Any]:
-        """What each build is measured under: every selectivity, then ``"label"`` with a
-        label plan."""
-        return [*self.selectivities, *(["label"] if self.labels is not None else [])]
+    def cases(self) -> list[FilterKind]:
+        """What each build is measured under: every kind (with a label plan, the label
+        kind too)."""
+        return list(self.kinds)
 
     def reuse_one(self, path: Path) -> list[dict[str, Any]] | None:
         """The clean filtered cells of every selectivity (and the label cell) measured
@@ -167,12 +179,10 @@ class FilterPlan:
                                     "seed": self.seed}}  # fmt: skip
 
     @staticmethod
-    def path(path: Path, selectivity: Any) -> Path:
-        """``filtered-s{selectivity}_`` (``filtered-label_`` for the label cell) + the
-        unfiltered cell's name (its key covers the filter)."""
-        if selectivity == "label":
-            return path.with_name(f"filtered-label_{path.name}")
-        return path.with_name(f"filtered-s{selectivity:g}_{path.name}")
+    def path(path: Path, kind: FilterKind) -> Path:
+        """``filtered-s{share}_`` (``filtered-label_`` for the label cell) + the unfiltered
+        cell's name (its key covers the filter)."""
+        return kind.path(path)
 
     def measure(
         self, runner: Any, store: Any, name: str, prep: Any, coll: Any, ctx: dict[str, Any]
@@ -185,28 +195,22 @@ class FilterPlan:
         """
 
         out = []
-        for sel in self.cases():
-            path = self.path(ctx["path"], sel)
+        for kind in self.cases():
+            path = self.path(ctx["path"], kind)
             try:
                 if not isinstance(store, FilteredSearch):
-                    from imsearch_align.adapters.attributes import no_filter_message
-
                     raise TypeError(no_filter_message(store))
-                if sel == "label":
-                    cell = label_cell(self, runner, store, name, prep, coll, ctx)
-                else:
-                    cell = self._cell(runner, store, name, prep, coll, ctx, sel)
+                cell = kind.measure(self, runner, store, name, prep, coll, ctx)
             except StoreUnavailableError:
                 raise
             except Exception as exc:
-                cell = self._failed(ctx, sel, exc)
-                shown = sel if sel == "label" else f"{sel:g}"
-                runner.say(f"  failed filter {shown}: {cell['status']['error']}")
+                cell = self._failed(ctx, kind, exc)
+                runner.say(f"  failed filter {kind.text()}: {cell['status']['error']}")
             runner.write(path, cell)
             out.append(cell)
         return out
 
-    def _cell(
+    def share_cell(
         self,
         runner: Any,
         store: Any,
@@ -268,11 +272,11 @@ class FilterPlan:
                         + (" ..." if len(lost) > NAMED else ""))  # fmt: skip
         return cell
 
-    def _failed(self, ctx: dict[str, Any], sel: Any, exc: BaseException) -> dict[str, Any]:
+    def _failed(self, ctx: dict[str, Any], kind: FilterKind, exc: BaseException) -> dict[str, Any]:
         cell = {key: ctx["cell"][key] for key in SHARED_FIELDS if key in ctx["cell"]}
         cell.update(
             kind="filtered",
-            filter={"field": "label"} if sel == "label" else {"selectivity": sel},
+            filter=kind.failed_record(),
             status=status_record("failed", error=exc),
         )
         return cell

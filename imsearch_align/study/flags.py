@@ -36,6 +36,14 @@ def _method_param(text: str) -> tuple[str, str, Any]:
     return method.strip(), key.strip(), json_or_str(value)
 
 
+def _number_or_word(text: str) -> float | str:
+    """A number where the word is one (``0.5``), else the word (``label``)."""
+    try:
+        return float(text)
+    except ValueError:
+        return text
+
+
 def _base_type(tp: Any) -> Any:
     if typing.get_origin(tp) in (typing.Union, types.UnionType):
         (tp,) = [a for a in typing.get_args(tp) if a is not type(None)]
@@ -58,7 +66,9 @@ def add_spec_flags(g: Any) -> None:
         elif tp is bool:
             kw.update(action=argparse.BooleanOptionalAction)
         elif typing.get_origin(tp) is tuple:
-            kw.update(nargs="+", action="extend", type=typing.get_args(tp)[0],
+            item = typing.get_args(tp)[0]
+            item = item if isinstance(item, type) else _number_or_word
+            kw.update(nargs="+", action="extend", type=item,
                       metavar=meta.get("metavar"), choices=meta.get("choices"))  # fmt: skip
         else:
             kw.update(type=tp, metavar=meta.get("metavar"), choices=meta.get("choices"))

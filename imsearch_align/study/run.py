@@ -79,6 +79,7 @@ def run_study(spec: StudySpec, *, progress: bool = True, log: TextIO | None = No
         raise StudyDataError(f"cannot load the data: {type(exc).__name__}: {exc}") from exc
     try:
         sources, sizes = _sources(spec, base, study)
+        runner = _runner(spec, study, base, sizes, say.log)
     except (SettingError, DistractorError) as exc:
         raise StudySpecError(str(exc)) from None
     out = Path(spec.out)
@@ -86,7 +87,7 @@ def run_study(spec: StudySpec, *, progress: bool = True, log: TextIO | None = No
     result = StudyResult(spec=spec, out=out)
     t0 = time.perf_counter()
     try:
-        _run(spec, base, study, sources, sizes, result, progress, say)
+        _run(spec, base, study, sources, sizes, runner, result, progress, say)
     except KeyboardInterrupt as exc:
         result.interrupted, result.stopped_by = True, exc
     finally:
@@ -129,7 +130,10 @@ def _runner(spec: StudySpec, study: Study, base: Any, sizes: list[int], log: Any
     filters = None
     if spec.filters:
         labels = LabelPlan.from_study(study, base)
-        filters = FilterPlan(tuple(spec.filters), seed=spec.seed, labels=labels)
+        try:
+            filters = FilterPlan(tuple(spec.filters), seed=spec.seed, labels=labels)
+        except ValueError as exc:
+            raise StudySpecError(f"--filters: {exc}") from None
     concurrency = None
     if spec.concurrency:
         concurrency = ConcurrencyPlan(
@@ -148,12 +152,12 @@ def _run(
     study: Study,
     sources: dict[str, Any],
     sizes: list[int],
+    runner: CellRunner,
     result: StudyResult,
     progress: bool,
     say: _Say,
 ) -> None:
     """Every cell: direction x method x support size x distractor count x setting."""
-    runner = _runner(spec, study, base, sizes, say.log)
     runner.filtered_cells = result.filtered  # the result's lists: kept when interrupted
     runner.concurrency_cells = result.concurrency
     result.seconds = runner.seconds

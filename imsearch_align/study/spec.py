@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from imsearch_align.collection.filter_kinds import parse_filter
 from imsearch_align.collection.settings import STORES, IndexSetting, SettingError, parse_index
 from imsearch_align.concurrency.limits import check_levels
 from imsearch_align.experiment.config_file import read_config_file
@@ -85,8 +86,12 @@ class StudySpec:
     directions: tuple[str, ...] = _f(("t2i",), "query directions", choices=DIRECTIONS)
     queries: int | None = _f(None, "sampled queries (default 10000; --quick 1000)")
     k: tuple[int, ...] = _f((1, 5, 10), "cut-offs")
-    filters: tuple[float, ...] = _f(
-        (), "filtered search keeping these shares of the collection (e.g. 0.5 0.1 0.01)", "SHARE"
+    filters: tuple[float | str, ...] = _f(
+        (),
+        "filtered search: shares of the collection kept (e.g. 0.5 0.1 0.01) and filter kinds "
+        "by name (label: each query within its item's class; joins by itself on a dataset "
+        "with class labels)",
+        "SHARE|KIND",
     )
     concurrency: tuple[int, ...] = _f(
         (), "concurrent single-query clients on each largest-size build (e.g. 1 2 4 8 16)",
@@ -261,7 +266,8 @@ def _typed(name: str, value: Any, tp: Any) -> Any:
         item = typing.get_args(tp)[0]
         if isinstance(value, str | bytes) or not isinstance(value, list | tuple):
             raise StudySpecError(
-                f"{_flag(name)} must be a list of {item.__name__} values, got {value!r}"
+                f"{_flag(name)} must be a list of {getattr(item, '__name__', item)} values, "
+                f"got {value!r}"
             )
         return tuple(_scalar(name, v, item) for v in value)
     if origin in (Mapping, dict) or tp is Mapping:
@@ -275,16 +281,20 @@ def _typed(name: str, value: Any, tp: Any) -> Any:
     return _scalar(name, value, tp)
 
 
-def _scalar(name: str, value: Any, tp: type) -> Any:
-    if tp is float and isinstance(value, int) and not isinstance(value, bool):
+def _scalar(name: str, value: Any, tp: Any) -> Any:
+    types_ = (
+        typing.get_args(tp) if typing.get_origin(tp) in (typing.Union, types.UnionType) else (tp,)
+    )
+    if float in types_ and isinstance(value, int) and not isinstance(value, bool):
         return float(value)
-    if tp is bool:
+    if bool in types_:
         ok = isinstance(value, bool)
     else:
-        ok = isinstance(value, tp) and not isinstance(value, bool)
+        ok = isinstance(value, types_) and not isinstance(value, bool)
     if not ok:
+        want = " or ".join(t.__name__ for t in types_)
         raise StudySpecError(
-            f"{_flag(name)} must be {'a' if tp is not int else 'an'} {tp.__name__}, "
+            f"{_flag(name)} must be {'an' if want[0] in 'aeiou' else 'a'} {want}, "
             f"got {value!r} ({type(value).__name__})"
         )
     return value
@@ -354,14 +364,11 @@ def _check(spec: StudySpec) -> None:
                 f"({', '.join(spec.methods)})"
             )
     _check_distractors(spec)
-    if spec.filters:
-        from imsearch_align.collection.filters import selectivity_filter
-
-        for share in spec.filters:
-            try:
-                selectivity_filter(share)
-            except ValueError as exc:
-                raise StudySpecError(f"--filters: {exc}") from None
+    for value in spec.filters:
+        try:
+            parse_filter(value)
+        except ValueError as exc:
+            raise StudySpecError(f"--filters: {exc}") from None
     if Path(spec.out).exists() and not Path(spec.out).is_dir():
         raise StudySpecError(f"--out {spec.out!r} is a file, not a folder")
 

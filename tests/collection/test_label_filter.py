@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 from imsearch_align.collection import ArraySource, CollectionBlocks, MixtureModel, SyntheticSource
+from imsearch_align.collection.filter_kinds import ShareKept, WithinLabel
 from imsearch_align.collection.filters import filtered_truth
 from imsearch_align.collection.label_filter import (
     UNKNOWN,
@@ -299,8 +300,14 @@ def test_no_labels_no_label_cell(data, tmp_path):
     ds = data[0]
     prep, coll, _ = _prep(data, "t2i", 300)
     assert FilterPlan((0.5,)).label_attribute(prep, coll) is None
-    assert FilterPlan((0.5,)).cases() == [0.5]
-    assert FilterPlan((0.5,), labels=LabelPlan(ds)).cases() == [0.5, "label"]
+    assert FilterPlan((0.5,)).cases() == [ShareKept(0.5)]
+    assert FilterPlan((0.5,), labels=LabelPlan(ds)).cases() == [ShareKept(0.5), WithinLabel()]
+    assert FilterPlan((0.5, "label"), labels=LabelPlan(ds)).cases() == [
+        ShareKept(0.5),
+        WithinLabel(),
+    ]
+    with pytest.raises(ValueError, match=r"'label' needs the dataset's class labels"):
+        FilterPlan((0.5, "label"))
     # a file of distractors: unknown labels, never kept by a label filter
     labels, how = LabelPlan(ds).distractor_labels(ArraySource(np.ones((4, 16), np.float32)))
     assert (labels == UNKNOWN).all() and how.startswith("unknown")

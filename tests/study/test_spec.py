@@ -39,7 +39,9 @@ def test_a_yaml_list_becomes_a_tuple_and_an_int_a_float():
         ({"stores": ["fiass"]}, r"unknown store 'fiass' \(did you mean 'faiss'\?\)"),
         ({"index": ["faiss:hnsw:nprobe=4"]}, r"nprobe is not a parameter of faiss index 'hnsw'"),
         ({"index": ["milvus-lite:FLAT"]}, r"store milvus-lite is not in --stores"),
-        ({"filters": [1.5]}, r"--filters"),
+        ({"filters": [1.5]}, r"--filters: selectivity must be in \(0, 1\]"),
+        ({"filters": ["range"]}, r"--filters: unknown filter kind 'range'.*one of: label"),
+        ({"filters": [["x"]]}, r"--filters must be a float or str, got \['x'\]"),
         ({"concurrency_duration": float("inf")}, r"--concurrency-duration must be a finite"),
         ({"concurrency": [0]}, r"--concurrency: levels: each concurrency must be an integer >= 1"),
         ({"method_params": {"asif": {"k": 1}}}, r"--method-param asif:\.\.\.: 'asif' is not in"),
@@ -95,3 +97,18 @@ def test_the_recorded_command_masks_the_uri_password_and_gives_the_spec_back():
     assert "s3cret" not in " ".join(words) and "s3cret" not in str(spec.to_dict())
     back = StudySpec.from_dict(spec_mapping(build_parser().parse_args(words[1:])))
     assert back.replace(uri=spec.uri) == spec
+
+
+def test_a_label_filter_on_data_without_labels_is_refused_before_any_cell(tmp_path):
+    from imsearch_align.study import run_study
+    from imsearch_align.testing.scripts import write_cone_pairs
+
+    (tmp_path / "emb").mkdir()
+    emb = write_cone_pairs(tmp_path / "emb", 40)
+    spec = StudySpec(embeddings=str(emb), filters=(0.5, "label"), stores=("exact",),
+                     sizes=(0,), queries=10, out=str(tmp_path / "o"),
+                     truth_cache=str(tmp_path / "t"))  # fmt: skip
+    assert spec.filters == (0.5, "label")
+    with pytest.raises(StudySpecError, match=r"--filters: 'label' needs the dataset's class"):
+        run_study(spec, progress=False)
+    assert not (tmp_path / "o").exists()
