@@ -130,3 +130,14 @@ def test_every_study_field_is_documented_as_a_flag():
     for name in StudySpec.field_names():
         flag = "--method-param" if name == "method_params" else "--" + name.replace("_", "-")
         assert f"`{flag}" in text, f"docs/collection-study.md does not document {flag}"
+
+
+def test_list_metrics_markdown_prints_the_tables_of_the_metrics_page(capsys):
+    from imsearch_align.cli import main
+
+    assert main(["list", "metrics", "--markdown"]) == 0
+    out = capsys.readouterr().out
+    assert out == markdown_table() + "\n" + task_markdown_table()
+    text = (README.parent / "docs" / "metrics.md").read_text(encoding="utf-8")
+    assert markdown_table() in text and task_markdown_table() in text
+    assert main(["list", "stores", "--markdown"]) == 2

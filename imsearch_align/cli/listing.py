@@ -21,6 +21,11 @@ def add_list_command(sub: Any, parents: list[argparse.ArgumentParser]) -> None:
     )
     ls.add_argument("kind", nargs="?", choices=_LIST_KINDS, help="one kind (default all)")
     ls.add_argument("name", nargs="?", help="with 'datasets': describe one loader's parameters")
+    ls.add_argument(
+        "--markdown",
+        action="store_true",
+        help="with 'metrics': the measure tables as Markdown (the tables of docs/metrics.md)",
+    )
     ls.set_defaults(func=cmd_list)
 
 
@@ -29,9 +34,13 @@ def _doc_line(obj: Any) -> str:
     return doc[0].strip() if doc else ""
 
 
-def _list_metrics() -> None:
+def _list_metrics(markdown: bool = False) -> None:
     from imsearch_align.experiment.report import text_table
-    from imsearch_align.framework.measures import list_rows
+    from imsearch_align.framework.measures import list_rows, markdown_table, task_markdown_table
+
+    if markdown:
+        print(markdown_table() + "\n" + task_markdown_table(), end="")
+        return
 
     print("metrics (reported per ranking: t2i/…, i2t/…, classification/…; k from --k):")
     print(
@@ -76,6 +85,8 @@ def _describe_dataset(name: str) -> None:
 
 def cmd_list(args: argparse.Namespace) -> int:
     """``list``: what each registry holds (``list datasets NAME``: a loader's parameters)."""
+    if getattr(args, "markdown", False) and args.kind != "metrics":
+        raise UsageError("list: --markdown is for 'metrics' (list metrics --markdown)")
     if args.name is not None:
         if args.kind != "datasets":
             raise UsageError("list: a NAME is only taken after 'datasets' (list datasets coco)")
@@ -87,7 +98,7 @@ def cmd_list(args: argparse.Namespace) -> int:
         if i:
             print()
         if kind == "metrics":
-            _list_metrics()
+            _list_metrics(markdown=args.markdown)
         else:
             _list_registry(kind)
     for mod, err in plugin_failures().items():

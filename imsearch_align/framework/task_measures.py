@@ -12,7 +12,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["TASK_MEASURES", "TaskMeasure", "inline_code", "task_markdown_table"]
+__all__ = [
+    "TASK_MEASURES",
+    "TaskMeasure",
+    "inline_code",
+    "task_keys",
+    "task_markdown_table",
+]
+
+#: What a task measure's placeholders stand for in the keys it reports.
+PLACEHOLDERS = {"{space}": ("raw", "aligned")}
 
 
 @dataclass(frozen=True)
@@ -34,6 +43,18 @@ class TaskMeasure:
     source: str
     definition: str
     clip_benchmark: str = "–"
+
+    def keys(self, ks: tuple[int, ...] = ()) -> tuple[str, ...]:
+        """The keys the task reports for this measure (``{k}`` for each of ``ks``,
+        ``{space}`` for each space)."""
+        names = [self.name]
+        for mark, values in PLACEHOLDERS.items():
+            names = (
+                [n.replace(mark, v) for n in names for v in values] if mark in self.name else names
+            )
+        if "{k}" in self.name:
+            names = [n.replace("{k}", str(k)) for n in names for k in ks]
+        return tuple(names)
 
 
 #: Task-level measures, in report order.
@@ -70,13 +91,21 @@ TASK_MEASURES: tuple[TaskMeasure, ...] = (
         "share of the exact top k found in the store's top k (ANN fidelity)",
     ),
     TaskMeasure(
-        "matching_accuracy",
+        "accuracy",
         "matching",
         "matching task (scipy linear_sum_assignment; expectation over tied optima)",
         "MMA benchmark",
         "share of test images assigned their own caption, expected over the tied optimal "
         "one-to-one assignments (each max-score Hungarian assignment equally likely, scores "
         "within the tie tolerance equal)",
+    ),
+    TaskMeasure(
+        "top1_accuracy",
+        "matching",
+        "imsearch_align.experiment.tasks.matching.top1_accuracy",
+        "HitRate@1 of each image's caption ranking",
+        "share of test images whose best caption is their own, no one-to-one constraint "
+        "(expected over captions tied with the best)",
     ),
     TaskMeasure(
         "mAP",
@@ -89,25 +118,35 @@ TASK_MEASURES: tuple[TaskMeasure, ...] = (
         "mean_average_precision",
     ),
     TaskMeasure(
-        "lp_acc1",
+        "{space}_acc1",
         "linear_probe",
         "imsearch_align.diagnostics.linear_probe.linear_probe",
         "CLIP_benchmark linear_probe (procedure=clip_benchmark equals its evaluate on the same "
         "features)",
-        "top-1 accuracy of a linear probe on frozen image embeddings, by procedure: scikit-learn "
-        "logistic regression (sklearn, default) or CLIP_benchmark's AdamW-trained linear layer "
-        "with its weight-decay search (clip_benchmark)",
-        "lp_acc1",
+        "top-1 accuracy of a linear probe on frozen image embeddings, in each space (raw: the "
+        "encoder's; aligned: the method's), by procedure: scikit-learn logistic regression "
+        "(sklearn, default) or CLIP_benchmark's AdamW-trained linear layer with its weight-decay "
+        "search (clip_benchmark)",
+        "lp_acc1 (procedure clip_benchmark only)",
     ),
     TaskMeasure(
-        "lp_acc5",
+        "{space}_acc5",
         "linear_probe",
         "imsearch_align.diagnostics.linear_probe.linear_probe",
         "CLIP_benchmark linear_probe (procedure=clip_benchmark equals its evaluate on the same "
         "features)",
         "top-5 accuracy of the same probe (nan with fewer than 5 classes for sklearn, 6 for "
         "clip_benchmark)",
-        "lp_acc5",
+        "lp_acc5 (procedure clip_benchmark only)",
+    ),
+    TaskMeasure(
+        "{space}_mean_per_class_recall",
+        "linear_probe",
+        "imsearch_align.diagnostics.linear_probe.linear_probe",
+        "scikit-learn balanced_accuracy_score",
+        "mean over the classes present of the share of their test images the probe classifies "
+        "correctly",
+        "lp_mean_per_class_recall (procedure clip_benchmark only)",
     ),
     TaskMeasure(
         "bleu4",
@@ -176,6 +215,11 @@ def inline_code(alias: str) -> str:
         return alias
     head, _, note = alias.partition(" ")
     return f"`{head}`" + (f" {note}" if note else "")
+
+
+def task_keys(task: str, ks: tuple[int, ...] = ()) -> tuple[str, ...]:
+    """Every key task ``task`` reports from this table (the table is where they come from)."""
+    return tuple(key for t in TASK_MEASURES if t.task == task for key in t.keys(ks))
 
 
 def task_markdown_table() -> str:

@@ -222,6 +222,33 @@ def test_every_task_through_the_cli(task, dparams, tparams, metric, want, tmp_pa
     assert res["status"]["state"] == "ok" and res["task"]["task"] == task
     assert res["metrics"][metric] == pytest.approx(want)
     assert task in p.stdout
+    _reported_keys_are_the_listed_ones(task, res["metrics"])
+
+
+def _is_ranking_measure(name: str) -> bool:
+    from imsearch_align.framework.measures import parse_measure
+
+    try:
+        parse_measure(name)
+    except ValueError:
+        return False
+    return True
+
+
+def _reported_keys_are_the_listed_ones(task: str, metrics: dict) -> None:
+    """The task-measure table is where task keys come from: what the task reports beside its
+    rankings' measures is listed there for it, and what is listed is reported (captioning's
+    coco keys come with ``scorer=coco``; retrieval's ``ann_recall@k`` with ``--ann-fidelity``)."""
+    from imsearch_align.framework.task_measures import task_keys
+
+    reported = {k.split("/", 1)[1] for k in metrics if k.startswith(f"{task}/")}
+    task_level = {k for k in reported if not _is_ranking_measure(k)}
+    listed = set(task_keys(task))
+    if task == "captioning":
+        listed = {k for k in listed if not k.startswith("coco_")}
+    if task == "retrieval":
+        listed = set()
+    assert task_level == listed, (task, sorted(task_level), sorted(listed))
 
 
 def test_list_tasks_names_each_task_and_its_source(tmp_path):
