@@ -37,6 +37,7 @@ class CellBase:
     ks: tuple[int, ...]
     config: dict[str, Any] = field(default_factory=dict)
     command: tuple[str, ...] = ()
+    measure_names: tuple[str, ...] = ()
 
     @property
     def size(self) -> int:
@@ -45,7 +46,9 @@ class CellBase:
 
     @property
     def measures(self) -> list[str]:
-        """HitRate at every cut-off, nDCG at the largest."""
+        """``measure_names``, else HitRate at every cut-off and nDCG at the largest."""
+        if self.measure_names:
+            return list(self.measure_names)
         return [f"HitRate@{k}" for k in self.ks] + [f"nDCG@{max(self.ks)}"]
 
 
@@ -65,6 +68,8 @@ def cell_identity(
         "documents": base.documents,
         "ks": list(base.ks),
         "config": base.config,
+        # only when chosen: the cells of the default measures keep their keys
+        **({"measures": list(base.measure_names)} if base.measure_names else {}),
     }
 
 

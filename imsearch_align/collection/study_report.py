@@ -51,7 +51,13 @@ def cells_frame(cells: Sequence[dict[str, Any]], ks: Sequence[int]) -> pd.DataFr
             "size": coll.get("size"),
             "distractors": coll.get("distractors"),
         }
-        for name in [f"HitRate@{k}" for k in ks] + [f"nDCG@{kmax}"]:
+        names = [f"HitRate@{k}" for k in ks] + [f"nDCG@{kmax}"]
+        names += [  # every other measure the cell holds (a study's --measures)
+            key.split("/", 1)[1] for key in m
+            if key.startswith(f"{d}/") and "ann_recall" not in key
+            and key.split("/", 1)[1] not in names
+        ]  # fmt: skip
+        for name in names:
             row[name] = m.get(f"{d}/{name}")
             row[f"{name} exact"] = ex.get(f"{d}/{name}")
         row[f"ann_recall@{kmax}"] = m.get(f"{d}/ann_recall@{kmax}")

@@ -180,6 +180,7 @@ def _run(
                     cb = CellBase(
                         study.load(cfg).dataset.name, method, direction, size,
                         len(prep.doc_ids), spec.ks(), _identity(spec, cfg, src, prep), command,
+                        tuple(spec.measures or ()),
                     )  # fmt: skip
                     _collection(spec, prep, src, cb, settings, runner, result, say)
 

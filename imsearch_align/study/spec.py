@@ -86,6 +86,12 @@ class StudySpec:
     directions: tuple[str, ...] = _f(("t2i",), "query directions", choices=DIRECTIONS)
     queries: int | None = _f(None, "sampled queries (default 10000; --quick 1000)")
     k: tuple[int, ...] = _f((1, 5, 10), "cut-offs")
+    measures: tuple[str, ...] | None = _f(
+        None,
+        "ranking measures of every cell, any of `imsearch-align list metrics` with a cut-off "
+        "up to the largest --k (default HitRate at each --k, nDCG at the largest)",
+        "MEASURE",
+    )
     filters: tuple[float | str, ...] = _f(
         (),
         "filtered search: shares of the collection kept (e.g. 0.5 0.1 0.01) and filter kinds "
@@ -363,6 +369,7 @@ def _check(spec: StudySpec) -> None:
                 f"--method-param {method}:...: {method!r} is not in --methods "
                 f"({', '.join(spec.methods)})"
             )
+    _check_measures(spec)
     _check_distractors(spec)
     for value in spec.filters:
         try:
@@ -384,6 +391,25 @@ def _positive(spec: StudySpec) -> None:
         v = getattr(spec, name)
         if v is not None and v < 1:
             raise StudySpecError(f"{_flag(name)} must be a positive integer, got {v}")
+
+
+def _check_measures(spec: StudySpec) -> None:
+    from imsearch_align.framework.measures import lookup, needs_vectors
+
+    for name in spec.measures or ():
+        try:
+            _, cut = lookup(name)
+        except ValueError as exc:
+            raise StudySpecError(f"--measures: {exc}") from None
+        if needs_vectors(name):
+            raise StudySpecError(
+                f"--measures {name}: it needs the documents' vectors, which a cell does not keep"
+            )
+        if cut > max(spec.k):
+            raise StudySpecError(
+                f"--measures {name}: its cut-off {cut} is above the largest --k {max(spec.k)} "
+                "(the exact truth is exact to that rank)"
+            )
 
 
 def _check_distractors(spec: StudySpec) -> None:

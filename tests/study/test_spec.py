@@ -47,6 +47,9 @@ def test_a_yaml_list_becomes_a_tuple_and_an_int_a_float():
         ({"method_params": {"asif": {"k": 1}}}, r"--method-param asif:\.\.\.: 'asif' is not in"),
         ({"embeddings": "x", "shapes": 10}, r"give one of --data, --embeddings, --shapes"),
         ({"directions": ["x2y"]}, r"--directions: 'x2y' is not one of t2i, i2t"),
+        ({"measures": ["nDCG@20"]}, r"--measures nDCG@20: its cut-off 20 is above the largest"),
+        ({"measures": ["HitRat@5"]}, r"--measures: measures: unknown measure 'HitRat@5'"),
+        ({"measures": ["Diversity@5"]}, r"--measures Diversity@5: it needs the documents"),
     ],
 )
 def test_bad_fields_are_refused_naming_the_field(fields, message):
@@ -112,3 +115,23 @@ def test_a_label_filter_on_data_without_labels_is_refused_before_any_cell(tmp_pa
     with pytest.raises(StudySpecError, match=r"--filters: 'label' needs the dataset's class"):
         run_study(spec, progress=False)
     assert not (tmp_path / "o").exists()
+
+
+def test_a_measure_chosen_in_the_spec_reaches_the_cells_and_the_csv(tmp_path):
+    import pandas as pd
+
+    from imsearch_align.study import run_study
+    from imsearch_align.testing.scripts import write_cone_pairs
+
+    (tmp_path / "emb").mkdir()
+    emb = write_cone_pairs(tmp_path / "emb", 60)
+    spec = StudySpec(embeddings=str(emb), stores=("exact",), methods=("procrustes",),
+                     sizes=(0,), queries=30, latency_queries=3, k=(1, 10),
+                     measures=("P@5", "RR@10", "HitRate@10"), out=str(tmp_path / "o"),
+                     truth_cache=str(tmp_path / "t"))  # fmt: skip
+    result = run_study(spec, progress=False)
+    (cell,) = result.cells
+    assert {"t2i/P@5", "t2i/RR@10", "t2i/HitRate@10"} <= set(cell["metrics"])
+    assert cell["metrics"]["t2i/RR@10"] == cell["exact_metrics"]["t2i/RR@10"]  # exact store
+    df = pd.read_csv(tmp_path / "o" / "collection.csv")
+    assert {"P@5", "P@5 exact", "RR@10"} <= set(df.columns)
