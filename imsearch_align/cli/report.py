@@ -86,6 +86,7 @@ def cmd_build(args: argparse.Namespace) -> int:
         LeaderboardWarning,
         find_result_files,
         load_results,
+        load_study_cells,
         to_markdown,
     )
 
@@ -105,7 +106,12 @@ def cmd_build(args: argparse.Namespace) -> int:
     for w in caught:
         if issubclass(w.category, LeaderboardWarning):
             warn(str(w.message))
+    cells = load_study_cells(args.paths)
+    if cells:
+        _cells_leaderboard(cells, Path(args.output), markdown)
     if df.empty:
+        if cells:
+            return 0
         print(
             f"error: no result JSONs found in {' '.join(args.paths)} ({len(files)} JSON files read)",
             file=sys.stderr,
@@ -127,6 +133,29 @@ def cmd_build(args: argparse.Namespace) -> int:
     if bad:
         warn(f"{bad} of {len(df)} results are not ok (see the status column)")
     return 0
+
+
+def _cells_leaderboard(cells: Sequence[Any], output: Path, markdown: Path | None) -> None:
+    """The study cells' CSV and leaderboard beside ``build``'s outputs (``*_cells.csv``,
+    ``*_cells.md``): the same table the study writes, from the one reader of cells."""
+    from imsearch_align.collection.study_report import cells_frame, leaderboard
+
+    sweep = [dict(c.record) for c in cells if c.kind == "collection_scale"]
+    if not sweep:
+        return
+    ks = sorted({int(k.rsplit("@", 1)[1]) for c in cells for k in c.metrics
+                 if "/HitRate@" in k} or {10})  # fmt: skip
+    df = cells_frame(sweep, ks)
+    md = leaderboard(df, ks)
+    csv = output.with_name(f"{output.stem}_cells.csv")
+    _write_text(csv, df.to_csv(index=False), "--output")
+    print(md, end="")
+    print(f"{len(sweep)} study cells ({len(cells)} of every kind) -> {csv}", end="")
+    if markdown is not None:
+        md_path = markdown.with_name(f"{markdown.stem}_cells.md")
+        _write_text(md_path, md, "--markdown")
+        print(f", {md_path}", end="")
+    print()
 
 
 def _write_text(path: Path, text: str, arg: str) -> None:

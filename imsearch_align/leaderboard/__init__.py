@@ -30,6 +30,7 @@ from imsearch_align.leaderboard.frame import (
     find_result_files,
     load_result_objects,
     load_results,
+    load_study_cells,
     metric_columns,
     results_frame,
 )
@@ -43,6 +44,7 @@ __all__ = [
     "find_result_files",
     "load_result_objects",
     "load_results",
+    "load_study_cells",
     "metric_columns",
     "results_frame",
     "to_markdown",

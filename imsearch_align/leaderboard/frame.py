@@ -16,6 +16,7 @@ import pandas as pd
 
 from imsearch_align.experiment.report import headline_columns
 from imsearch_align.experiment.result import ExperimentResult, ResultSchemaError
+from imsearch_align.experiment.study_cell import CellError, StudyCell, load_cell
 
 __all__ = [
     "DEFAULT_METRICS",
@@ -24,6 +25,7 @@ __all__ = [
     "find_result_files",
     "load_result_objects",
     "load_results",
+    "load_study_cells",
     "metric_columns",
     "results_frame",
 ]
@@ -77,10 +79,33 @@ def find_result_files(paths: Iterable[str | os.PathLike]) -> list[Path]:
     return out
 
 
+def _is_cell_file(f: Path) -> bool:
+    """Whether ``f`` holds a readable study cell (read by :func:`load_study_cells` instead)."""
+    try:
+        load_cell(f)
+    except CellError:
+        return False
+    return True
+
+
+def load_study_cells(paths: Iterable[str | os.PathLike]) -> list[StudyCell]:
+    """Every readable study cell under ``paths``, through the one reader of cells."""
+    out = []
+    for f in find_result_files(paths):
+        try:
+            out.append(load_cell(f))
+        except CellError:
+            continue
+    return out
+
+
 def load_result_objects(paths: Iterable[str | os.PathLike]) -> list[ExperimentResult]:
-    """Every readable result under ``paths``; others skipped with a :class:`LeaderboardWarning`."""
+    """Every readable result under ``paths``; others skipped with a :class:`LeaderboardWarning`
+    (study cells silently: :func:`load_study_cells` reads them)."""
     results = []
     for f in find_result_files(paths):
+        if f.name.endswith(".json") and _is_cell_file(f):
+            continue
         try:
             results.append(ExperimentResult.load(f))
         except (OSError, UnicodeDecodeError) as exc:
