@@ -140,9 +140,11 @@ class DistractorSource(ABC):
         self._checked = True
 
     def record(self) -> dict[str, Any]:
-        """JSON-ready description (kind, name, rows, dim, modality, encoder, id range)."""
+        """JSON-ready description (kind, name, rows, dim, modality, encoder, id range; a
+        file source also the SHA-256 of its bytes, so two files of one name, or a file
+        regenerated in place, never share a cell's key)."""
         lo, hi = self.id_range
-        return {
+        out = {
             "kind": type(self).__name__,
             "name": self.name,
             "rows": self.n_rows,
@@ -151,6 +153,10 @@ class DistractorSource(ABC):
             "encoder": self.encoder,
             "id_range": [lo, hi],
         }
+        path = getattr(self, "path", None)
+        if path is not None:
+            out["sha256"] = _file_sha256(path)
+        return out
 
     def __len__(self) -> int:
         return self.n_rows
@@ -300,3 +306,22 @@ class ArraySource(DistractorSource):
         )
         src.source_ids = sids
         return src
+
+
+_DIGESTS: dict[tuple[str, int, int], str] = {}
+
+
+def _file_sha256(path: Any) -> str:
+    """SHA-256 of a file's bytes (remembered per path, size and modification time)."""
+    import hashlib
+    import os
+
+    st = os.stat(path)
+    key = (str(path), st.st_size, st.st_mtime_ns)
+    if key not in _DIGESTS:
+        h = hashlib.sha256()
+        with open(path, "rb") as f:
+            for chunk in iter(lambda: f.read(1 << 22), b""):
+                h.update(chunk)
+        _DIGESTS[key] = h.hexdigest()
+    return _DIGESTS[key]

@@ -34,6 +34,7 @@ filters (``kind: "filtered"``, one per selectivity) and concurrent clients
 from __future__ import annotations
 
 import sys
+import uuid
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -59,6 +60,7 @@ from imsearch_align.collection.recall import ann_recall_at_k, compare_measures
 from imsearch_align.collection.settings import STORES, IndexSetting, resolve
 from imsearch_align.experiment.study_cell import status_record, write_cell
 from imsearch_align.framework._heap import release_freed_memory
+from imsearch_align.framework.interfaces import StoreUnavailableError
 
 __all__ = ["CellBase", "CellRunner", "cell_identity", "cell_path", "load_clean"]
 
@@ -102,6 +104,8 @@ class CellRunner:
         self.concurrency_cells: list[dict[str, Any]] = []
         #: Seconds spent measuring the extras (filtered, concurrency).
         self.seconds = {"filtered": 0.0, "concurrency": 0.0}
+        #: This run's token: part of every collection's name.
+        self.token = uuid.uuid4().hex[:8]
         #: Where in-process stores keep their data (Milvus Lite's database, Qdrant's
         #: folder): hidden, so a report of ``out`` skips it; the caller removes it.
         self.work = self.out / ".stores"
@@ -124,10 +128,9 @@ class CellRunner:
         documents' stream digest (computed once per collection by the caller).
         A failed build or search is a failed cell (the error in its status);
         :class:`~imsearch_align.framework.interfaces.StoreUnavailableError`
-        propagates after the failed cells are written.
+        propagates after the failed cells are written, holding this setting's cells
+        as ``exc.cells``.
         """
-        from imsearch_align.framework.interfaces import StoreUnavailableError
-
         build, grid = resolve(s, base.size)
         idents = [cell_identity(base, s, build, g) for g in grid]
         paths = [cell_path(self.out, i) for i in idents]
@@ -150,6 +153,7 @@ class CellRunner:
                     for j in range(i, len(grid)):
                         if cells[j] is None:
                             cells[j] = self._failed(base, s, build, grid[j], exc, paths[j])
+                    exc.cells = [c for c in cells if c is not None]  # the caller lists them
                     raise
                 except Exception as exc:
                     cells[i] = self._failed(base, s, build, search, exc, paths[i])
@@ -170,9 +174,12 @@ class CellRunner:
             return state["store"]
         prep, coll, build = job["prep"], job["coll"], job["build"]
         state["store"] = store = open_store(s, build, search, uri=self.uri, workdir=self.work)
+        # the config's key and this run's token: a collection left by a killed run, or a
+        # second user of the same config on a shared server, never blocks this one
         state["name"] = name = (
             "cs_" + cell_path(Path(), cell_identity(base, s, build, {})).stem[-10:]
-        )
+            + "_" + self.token
+        )  # fmt: skip
         mode = STORES[s.store]
         stats = insert_collection(
             store, name, coll, coll.dim, uri=self.uri, in_process=mode.in_process,
@@ -290,15 +297,21 @@ class CellRunner:
         """Write ``cell`` at ``path`` through the one writer of study cells."""
         write_cell(path, cell)
 
-    @staticmethod
-    def close(state: dict[str, Any]) -> None:
-        """Drop the build held in ``state`` (its collection, the store) and give back memory."""
+    def close(self, state: dict[str, Any]) -> None:
+        """Drop the build held in ``state`` (its collection, the store) and give back memory.
+        A server gone meanwhile is said, naming the collection left on it (the cells
+        already say the server is unreachable)."""
         store, state["store"] = state.get("store"), None
         if store is None:
             return
+        name = state.get("name")
         try:
-            if state.get("name") and store.has_collection(state["name"]):
-                store.drop_collection(state["name"])
+            if name and store.has_collection(name):
+                store.drop_collection(name)
+        except StoreUnavailableError as exc:
+            self.say(
+                f"  could not drop collection {name!r} ({exc}); drop it when the server is back"
+            )
         finally:
             store.close()
             release_freed_memory()

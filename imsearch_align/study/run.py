@@ -32,7 +32,9 @@ from imsearch_align.collection.settings import SettingError, check_size
 from imsearch_align.collection.study import CellBase, CellRunner
 from imsearch_align.datasets.base import TEST_SPLIT
 from imsearch_align.experiment import ExperimentConfig, Study
+from imsearch_align.experiment.components import support_pairs
 from imsearch_align.framework.atomic import atomic_write
+from imsearch_align.framework.errors import ConfigError
 from imsearch_align.framework.interfaces import StoreUnavailableError
 from imsearch_align.study.data import base_config, dataset_spec, method_params
 from imsearch_align.study.output import write_outputs
@@ -78,10 +80,12 @@ def run_study(spec: StudySpec, *, progress: bool = True, log: TextIO | None = No
     except Exception as exc:
         raise StudyDataError(f"cannot load the data: {type(exc).__name__}: {exc}") from exc
     try:
+        if spec.n:  # every support size is there, before any fit
+            support_pairs(study.load(base).support, max(spec.n), spec.seed)
         sources, sizes = _sources(spec, base, study)
         runner = _runner(spec, study, base, sizes, say.log)
-    except (SettingError, DistractorError) as exc:
-        raise StudySpecError(str(exc)) from None
+    except (SettingError, DistractorError, ConfigError) as exc:
+        raise StudySpecError(f"--n: {exc}" if "n_support" in str(exc) else str(exc)) from None
     out = Path(spec.out)
     out.mkdir(parents=True, exist_ok=True)
     result = StudyResult(spec=spec, out=out)
@@ -219,6 +223,7 @@ def _collection(
         try:
             result.cells.extend(runner.run(prep, coll, cb, s, truth_of))
         except StoreUnavailableError as exc:
+            result.cells.extend(getattr(exc, "cells", []))  # its failed cells, listed
             result.unreachable[s.store] = str(exc)
             say(f"  {s.store} unreachable ({exc}); its other cells are not run")
 

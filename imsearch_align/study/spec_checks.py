@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import difflib
 import math
+import os
 from pathlib import Path
 from typing import Any
 
@@ -99,8 +100,33 @@ def check_spec(spec: Any) -> None:
             parse_filter(value)
         except ValueError as exc:
             raise StudySpecError(f"--filters: {exc}") from None
-    if Path(spec.out).exists() and not Path(spec.out).is_dir():
-        raise StudySpecError(f"--out {spec.out!r} is a file, not a folder")
+    for name in ("out", "truth_cache", "cache_dir"):
+        value = getattr(spec, name)
+        if name == "cache_dir" and str(value).lower() == "none":
+            continue
+        _writable_folder(name, Path(value))
+
+
+def _writable_folder(name: str, path: Path) -> None:
+    """``path`` is a folder, or can be made one: its first existing ancestor is a folder
+    this process may write in."""
+    if path.exists():
+        if not path.is_dir():
+            raise StudySpecError(f"{flag(name)} {str(path)!r} is a file, not a folder")
+        if not os.access(path, os.W_OK):
+            raise StudySpecError(f"{flag(name)} {str(path)!r} is not writable")
+        return
+    parent = path.parent
+    while not parent.exists() and parent != parent.parent:
+        parent = parent.parent
+    if not parent.is_dir():
+        raise StudySpecError(
+            f"{flag(name)} {str(path)!r} cannot be made: {str(parent)!r} is a file, not a folder"
+        )
+    if not os.access(parent, os.W_OK):
+        raise StudySpecError(
+            f"{flag(name)} {str(path)!r} cannot be made: {str(parent)!r} is not writable"
+        )
 
 
 def _positive(spec: Any) -> None:

@@ -135,3 +135,47 @@ def test_a_measure_chosen_in_the_spec_reaches_the_cells_and_the_csv(tmp_path):
     assert cell["metrics"]["t2i/RR@10"] == cell["exact_metrics"]["t2i/RR@10"]  # exact store
     df = pd.read_csv(tmp_path / "o" / "collection.csv")
     assert {"P@5", "P@5 exact", "RR@10"} <= set(df.columns)
+
+
+def test_an_unreachable_server_fails_the_study_lists_its_cells_and_keeps_no_password(
+    tmp_path, capsys
+):
+    from imsearch_align.testing.scripts import write_cone_pairs
+
+    (tmp_path / "emb").mkdir()
+    emb = write_cone_pairs(tmp_path / "emb", 40)
+    out = tmp_path / "o"
+    code = main(["study", "--embeddings", str(emb), "--stores", "milvus", "exact",
+                 "--uri", "http://root:s3cret@127.0.0.1:9", "--index", "milvus:FLAT",
+                 "exact:flat", "--methods", "procrustes", "--sizes", "0", "--queries", "10",
+                 "--latency-queries", "2", "--out", str(out), "--truth-cache",
+                 str(tmp_path / "t"), "--no-progress"])  # fmt: skip
+    printed = capsys.readouterr()
+    assert code == 1, printed.out + printed.err
+    assert "1/2 cells ok" in printed.out and "milvus:      unreachable" in printed.out
+    assert "failed:      collection_scale procrustes milvus FLAT" in printed.out
+    for f in out.rglob("*"):
+        if f.is_file():
+            assert b"s3cret" not in f.read_bytes(), f
+
+
+@pytest.mark.parametrize("name", ["out", "truth_cache", "cache_dir"])
+def test_an_output_folder_under_a_file_is_refused_before_any_work(tmp_path, name):
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(StudySpecError, match=r"cannot be made: .* is a file, not a folder"):
+        StudySpec(**{name: str(tmp_path / "file" / "sub")})
+    with pytest.raises(StudySpecError, match=r"is a file, not a folder"):
+        StudySpec(**{name: str(tmp_path / "file")})
+
+
+def test_more_support_pairs_than_the_data_holds_is_refused_before_any_fit(tmp_path):
+    from imsearch_align.study import run_study
+    from imsearch_align.testing.scripts import write_cone_pairs
+
+    (tmp_path / "emb").mkdir()
+    emb = write_cone_pairs(tmp_path / "emb", 40)
+    spec = StudySpec(embeddings=str(emb), n=(10, 100_000), stores=("exact",), sizes=(0,),
+                     out=str(tmp_path / "o"), truth_cache=str(tmp_path / "t"))  # fmt: skip
+    with pytest.raises(StudySpecError, match=r"--n: n_support=100000 is larger than the"):
+        run_study(spec, progress=False)
+    assert not (tmp_path / "o").exists()
