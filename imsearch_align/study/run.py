@@ -116,13 +116,22 @@ def _sources(spec: StudySpec, base: Any, study: Study) -> tuple[dict[str, Any], 
     sources = {}
     ds = study.load(base).dataset
     for d in spec.directions:
-        src = distractor_source(text, base, study, MODALITIES[d][0], seed=spec.seed)
+        try:
+            src = distractor_source(text, base, study, MODALITIES[d][0], seed=spec.seed)
+        except (OSError, EOFError, ValueError) as exc:
+            if isinstance(exc, DistractorError):
+                raise
+            raise StudySpecError(
+                f"--distractors {text!r}: cannot be read: {type(exc).__name__}: {exc}"
+            ) from None
         if sizes is None:
             sizes = [0, src.n_rows]
         if max(sizes) > src.n_rows:
             raise StudySpecError(
                 f"--sizes {max(sizes)}: the distractors {src.name!r} hold {src.n_rows} rows"
             )
+        if getattr(src, "path", None) is not None:  # a file: every row it gives, checked now
+            src.head(max(sizes)).check(spec.block_rows)
         docs = len(ds.split_ids(TEST_SPLIT, MODALITIES[d][0]))
         for store in spec.store_modes():
             check_size(store, docs + max(sizes), what=f"the largest {d} collection")

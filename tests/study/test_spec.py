@@ -179,3 +179,35 @@ def test_more_support_pairs_than_the_data_holds_is_refused_before_any_fit(tmp_pa
     with pytest.raises(StudySpecError, match=r"--n: n_support=100000 is larger than the"):
         run_study(spec, progress=False)
     assert not (tmp_path / "o").exists()
+
+
+@pytest.mark.parametrize(
+    ("case", "message"),
+    [
+        ("inf", r"1 row\(s\) with NaN or infinite values"),
+        ("zero", r"1 all-zero row\(s\)"),
+        ("empty", r"--distractors '.*empty\.npy': cannot be read: EOFError"),
+    ],
+)
+def test_a_bad_distractor_file_is_refused_before_any_fit(tmp_path, capsys, case, message):
+    import re
+
+    import numpy as np
+
+    from imsearch_align.testing.scripts import write_cone_pairs
+
+    (tmp_path / "emb").mkdir()
+    emb = write_cone_pairs(tmp_path / "emb", 40)
+    rows = np.load(emb / "image.npy")[:30].copy()
+    path = tmp_path / f"{case}.npy"
+    if case == "inf":
+        rows[3, 0] = np.inf
+    elif case == "zero":
+        rows[5] = 0
+    np.save(path, rows) if case != "empty" else path.write_bytes(b"")
+    code = main(["study", "--embeddings", str(emb), "--distractors", str(path), "--stores",
+                 "exact", "--sizes", "0", "20", "--queries", "10", "--out", str(tmp_path / "o"),
+                 "--truth-cache", str(tmp_path / "t"), "--no-progress"])  # fmt: skip
+    err = capsys.readouterr().err
+    assert code == 2 and re.search(message, err), err
+    assert "fitting" not in err and not (tmp_path / "o").exists()
