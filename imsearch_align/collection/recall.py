@@ -72,6 +72,22 @@ def _returned_ids(run_ann: Any, truth: CollectionTruth, k: int) -> np.ndarray:
     return out
 
 
+def _true_scores(got: np.ndarray, truth: CollectionTruth) -> np.ndarray:
+    """``(nq, k)`` true scores of the returned ids, from the truth's candidates (``-inf`` for
+    padding, a blanked repeat, or an id below the truth's floor)."""
+    out = np.full(got.shape, -np.inf)
+    cand_ids, cand_scores = truth.cand_ids, truth.cand_scores
+    step = max(1, (1 << 22) // max(1, got.shape[1] * cand_ids.shape[1]))  # (rows, k, c) bools
+    for a in range(0, len(got), step):
+        g = got[a : a + step]
+        eq = (g[:, :, None] == cand_ids[a : a + step, None, :]) & (g >= 0)[:, :, None]
+        hit = eq.any(axis=2)
+        pos = eq.argmax(axis=2)
+        scores = np.take_along_axis(cand_scores[a : a + step], pos, axis=1)
+        out[a : a + step] = np.where(hit, scores, -np.inf)
+    return out
+
+
 def ann_recall_at_k(
     run_ann: Any, truth: CollectionTruth, k: int | None = None, *, rtol: float | None = None
 ) -> AnnRecall:
@@ -87,6 +103,7 @@ def ann_recall_at_k(
             :func:`~imsearch_align.framework.fidelity.default_rtol` of the dimension).
     """
     from imsearch_align.framework.fidelity import default_rtol
+    from imsearch_align.framework.fidelity.report import tie_tolerant_recall
 
     k = truth.k if k is None else check_int(k, "k", low=1)
     if k > truth.k:
@@ -105,15 +122,8 @@ def ann_recall_at_k(
     if m == 0 or nq == 0:
         return AnnRecall(k, per, float(per.mean()) if nq else 1.0, 0)
     tk = truth.cand_scores[:, m - 1]
+    per = tie_tolerant_recall(_true_scores(got, truth), tk, m, truth.scale[:, None], rtol)
     thresh = tk - rtol * np.maximum(truth.scale, np.abs(tk))
-    ok = (truth.cand_ids >= 0) & (truth.cand_scores >= thresh[:, None])
-    accepted = np.where(ok, truth.cand_ids, -2)
-    n_found = np.zeros(nq, dtype=np.int64)
-    step = max(1, (1 << 22) // max(1, k * accepted.shape[1]))  # (rows, k, c) bools per chunk
-    for a in range(0, nq, step):
-        g, acc = got[a : a + step, :, None], accepted[a : a + step, None, :]
-        n_found[a : a + step] = ((g == acc) & (g >= 0)).any(axis=2).sum(axis=1)
-    per = np.minimum(n_found, m) / m
     uncertain = (thresh <= truth.floor) | ~truth.closed
     return AnnRecall(k, per, float(per.mean()), int(uncertain.sum()))
 
