@@ -15,7 +15,8 @@ inside it) or whose truth is open is counted ``uncertain``: its recall is a
 lower bound.
 
 :func:`compare_measures`: the task's measures on the exact ranking and on
-the ANN run, both tie-aware (:func:`~imsearch_align.framework.ties.tie_aware_evaluate`).
+the ANN run, both tie-aware, through the one scoring path of runs
+(:func:`~imsearch_align.framework.ranking.score_against_exact`).
 """
 
 from __future__ import annotations
@@ -154,18 +155,24 @@ def compare_measures(
         "means": {measure: {"exact": float, "approximate": float}}}``; the
         approximate run's groups are taken as returned (``groups_closed=False``).
     """
-    from imsearch_align.framework.ties import default_tolerance, tie_aware_evaluate
+    from imsearch_align.framework.measures import lookup
+    from imsearch_align.framework.ranking import ReadTies, score_against_exact
+    from imsearch_align.framework.ties import default_tolerance
 
     names = [measures] if isinstance(measures, str) else list(measures)
-    exact = truth.evaluate(qrels, names, relevance_level=relevance_level)
-    approx = tie_aware_evaluate(
-        run_ann,
-        qrels,
-        names,
-        tol=default_tolerance(truth.dim) if tol is None else tol,
-        groups_closed=False,
+    deep = [m for m in names if lookup(m)[1] > truth.k]
+    if deep:
+        raise ValueError(
+            f"compare_measures: the truth is exact to rank {truth.k}, got measures {deep} "
+            "with a deeper cut-off"
+        )
+    scores = score_against_exact(
+        run_ann, truth.run, qrels, names,
+        approximate_ties=ReadTies(default_tolerance(truth.dim) if tol is None else tol),
+        exact_ties=ReadTies(truth.tol, truth.groups_closed),
         relevance_level=relevance_level,
-    )
+    )  # fmt: skip
+    exact, approx = scores.exact, scores.approximate
     em, am = exact.mean(), approx.mean()
     return {
         "exact": exact,

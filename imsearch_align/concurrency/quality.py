@@ -26,8 +26,9 @@ import numpy as np
 import pandas as pd
 
 from imsearch_align.concurrency.result import Answers
-from imsearch_align.framework.metrics import Qrels, Run, evaluate, py_scalar
-from imsearch_align.framework.ties import tie_aware_evaluate
+from imsearch_align.framework.metrics import Qrels, Run, py_scalar
+from imsearch_align.framework.ranking.runs import ReadTies, score_run
+from imsearch_align.framework.ties import default_tolerance
 
 __all__ = ["Quality", "quality"]
 
@@ -106,21 +107,11 @@ def quality(
     failed = tuple(py_scalar(q) for q in qids[failed_pos])
     sent_qrels, not_sent = _restrict(qrels, answered + list(failed))
     run = Run.from_arrays(answered, answers.ids[first], answers.scores[first])
-    if dim is None:
-        res = evaluate(
-            run, sent_qrels, measures, relevance_level=relevance_level, failed_queries=failed
-        )
-        metrics = res.mean()
-    else:
-        tie = tie_aware_evaluate(
-            run,
-            sent_qrels,
-            measures,
-            dim=dim,
-            relevance_level=relevance_level,
-            failed_queries=failed,
-        )
-        metrics = tie.mean()
+    ties = None if dim is None else ReadTies(default_tolerance(dim))
+    metrics = score_run(
+        run, sent_qrels, measures, ties=ties, relevance_level=relevance_level,
+        failed_queries=failed,
+    ).mean()  # fmt: skip
     return Quality(
         metrics=metrics,
         n_queries=len(sent_qrels.queries),
