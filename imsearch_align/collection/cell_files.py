@@ -15,7 +15,15 @@ from imsearch_align.experiment.study_cell import CELL_FORMAT, CellError, load_ce
 if TYPE_CHECKING:
     from imsearch_align.collection.settings import IndexSetting
 
-__all__ = ["FORMAT", "CellBase", "cell_identity", "cell_path", "load_clean", "read_ok"]
+__all__ = [
+    "FORMAT",
+    "CellBase",
+    "DeployContext",
+    "cell_identity",
+    "cell_path",
+    "load_clean",
+    "read_ok",
+]
 
 #: The ``format`` of a study cell (:data:`~imsearch_align.experiment.study_cell.CELL_FORMAT`).
 FORMAT = CELL_FORMAT
@@ -50,6 +58,29 @@ class CellBase:
         if self.measure_names:
             return list(self.measure_names)
         return [f"HitRate@{k}" for k in self.ks] + [f"nDCG@{max(self.ks)}"]
+
+
+@dataclass(frozen=True)
+class DeployContext:
+    """A build's deployable cell, which its filtered and concurrency cells start from.
+
+    Attributes:
+        base: what the build's cells share.
+        setting: its index setting.
+        build: its build-time parameters.
+        search: the deployable search-time setting.
+        ident: the deployable cell's identity (:func:`cell_identity`).
+        path: the deployable cell's file (the extras' files sit beside it).
+        cell: the deployable cell itself (its shared fields).
+    """
+
+    base: CellBase
+    setting: IndexSetting | None
+    build: dict[str, int]
+    search: dict[str, int]
+    ident: dict[str, Any]
+    path: Path
+    cell: dict[str, Any]
 
 
 def cell_identity(

@@ -26,7 +26,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from imsearch_align.collection.cell_files import cell_identity, read_ok
+from imsearch_align.collection.build import BuildJob
+from imsearch_align.collection.cell_files import DeployContext, cell_identity, read_ok
 from imsearch_align.experiment.study_cell import status_record
 from imsearch_align.framework.interfaces import StoreUnavailableError, TunableSearch
 
@@ -97,7 +98,7 @@ class ConcurrencyPlan:
         return found if all(found) else None
 
     def measure(
-        self, runner: Any, store: Any, name: str, prep: Any, ctx: dict[str, Any]
+        self, runner: Any, store: Any, name: str, prep: Any, ctx: DeployContext
     ) -> list[dict[str, Any]]:
         """Every level on the built collection ``name``: the cells, written, returned."""
         from imsearch_align.collection.settings import STORES
@@ -109,12 +110,12 @@ class ConcurrencyPlan:
         )
         from imsearch_align.experiment.provenance import capture
 
-        s, base, cell = ctx["setting"], ctx["base"], ctx["cell"]
-        search = dict((cell.get("index") or {}).get("search_params") or ctx["search"])
+        s, base, cell = ctx.setting, ctx.base, ctx.cell
+        search = dict((cell.get("index") or {}).get("search_params") or ctx.search)
         if STORES[s.store].in_process:
             source, mode = store, "threads"
         else:
-            params = {"uri": runner.uri, "index": s.index_type, "index_params": dict(ctx["build"])}
+            params = {"uri": runner.uri, "index": s.index_type, "index_params": dict(ctx.build)}
             source = StoreSpec(s.store, {**params, "search_params": search})
             mode = "processes"
         res = run_concurrent(
@@ -125,13 +126,13 @@ class ConcurrencyPlan:
         q = {lv.concurrency: quality(lv.answers, prep.qrels, base.measures) for lv in res.levels}
         cells = concurrency_cells(
             res, store=s.store, method=base.method, dataset=base.dataset,
-            direction=base.direction, index_type=s.index_type, index_params=ctx["build"],
+            direction=base.direction, index_type=s.index_type, index_params=ctx.build,
             search_params=search, collection_size=(cell.get("collection") or {}).get("size"),
             quality=q, provenance=capture(store), command=list(base.command),
         )  # fmt: skip
         for c in cells:
-            c["config"] = ctx["ident"]["config"]
-            runner.write(self.path(ctx["path"], c["concurrency"]), c)
+            c["config"] = ctx.ident["config"]
+            runner.write(self.path(ctx.path, c["concurrency"]), c)
             runner.say(
                 f"    {c['concurrency']:>2} clients ({mode}): {c['queries_per_s']:,.0f} q/s, "
                 f"p99 {(c.get('latency_ms') or {}).get('p99', float('nan')):.2f} ms"
@@ -139,9 +140,9 @@ class ConcurrencyPlan:
         runner.say(f"    saturation at {res.saturation} clients")
         return cells
 
-    def failed(self, ctx: dict[str, Any], exc: BaseException) -> list[dict[str, Any]]:
+    def failed(self, ctx: DeployContext, exc: BaseException) -> list[dict[str, Any]]:
         """One failed cell per level (the error in its status)."""
-        s, base = ctx["setting"], ctx["base"]
+        s, base = ctx.setting, ctx.base
         return [
             {
                 "kind": "concurrency",
@@ -149,9 +150,9 @@ class ConcurrencyPlan:
                 "method": base.method,
                 "dataset": base.dataset,
                 "direction": base.direction,
-                "index": {"type": s.index_type, "params": ctx["build"]},
+                "index": {"type": s.index_type, "params": ctx.build},
                 "concurrency": lv,
-                "config": ctx["ident"]["config"],
+                "config": ctx.ident["config"],
                 "status": status_record("failed", error=exc),
                 "command": list(base.command),
             }
@@ -178,42 +179,38 @@ def _pending(runner: Any, base: Any, path: Path) -> list[str]:
     return todo
 
 
-def measure_extras(runner: Any, job: dict[str, Any], cells: list[Any], paths: list[Path]) -> None:
-    """The filtered and concurrency cells of one build, on its deployable setting.
-
-    ``job``: ``prep``, ``coll``, ``base``, ``setting``, ``build``, ``grid``,
-    ``truth_of`` and the runner's ``state`` (its built store, if any).
-    """
+def measure_extras(runner: Any, job: BuildJob, cells: list[Any], paths: list[Path]) -> None:
+    """The filtered and concurrency cells of one build (``job``, its store built or not),
+    on its deployable setting."""
 
     i = deploy_index(cells)
     if i is None:
         return
-    base, s, build, search = job["base"], job["setting"], job["build"], job["grid"][i]
+    base, s, build, search = job.base, job.setting, job.build, job.grid[i]
     todo = _pending(runner, base, paths[i])
     if not todo:
         return
-    state = job["state"]
-    tunable = isinstance(state.get("store"), TunableSearch)
-    if state.get("store") is not None and not tunable and i != len(job["grid"]) - 1:
+    state = job.state
+    tunable = isinstance(state.store, TunableSearch)
+    if state.store is not None and not tunable and i != len(job.grid) - 1:
         runner.close(state)  # built for another setting, and it cannot be re-set
     store = runner.ensure_built(job, search)
     if isinstance(store, TunableSearch) and search:
-        store.set_search_params(state["name"], **search)
+        store.set_search_params(state.name, **search)
     ident = cell_identity(base, s, build, search)
-    ctx = {"base": base, "setting": s, "build": build, "search": search, "ident": ident,
-           "path": paths[i], "cell": cells[i]}  # fmt: skip
+    ctx = DeployContext(base, s, build, search, ident, paths[i], cells[i])
     runner.say(f"  deployable setting {search or '(none)'}: {', '.join(todo)}")
     if "filtered" in todo:
         t = time.perf_counter()
         runner.filtered_cells += runner.filters.measure(
-            runner, store, state["name"], job["prep"], job["coll"], ctx
+            runner, store, state.name, job.prep, job.coll, ctx
         )
         runner.seconds["filtered"] += time.perf_counter() - t
     if "concurrency" in todo:
         t = time.perf_counter()
         plan = runner.concurrency
         try:
-            runner.concurrency_cells += plan.measure(runner, store, state["name"], job["prep"], ctx)
+            runner.concurrency_cells += plan.measure(runner, store, state.name, job.prep, ctx)
         except StoreUnavailableError:
             raise
         except Exception as exc:

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
 
+from imsearch_align.collection.cell_files import DeployContext
 from imsearch_align.collection.filters import selectivity_filter
 from imsearch_align.collection.label_cell import label_cell
 
@@ -44,7 +45,7 @@ class FilterKind:
         return {"kind": self.name}
 
     def measure(self, plan: Any, runner: Any, store: Any, name: str, prep: Any, coll: Any,
-                ctx: dict[str, Any]) -> dict[str, Any]:  # fmt: skip
+                ctx: DeployContext) -> dict[str, Any]:  # fmt: skip
         """The kind's cell on the built collection ``name``."""
         raise NotImplementedError
 

@@ -39,7 +39,7 @@ from typing import Any
 import numpy as np
 
 from imsearch_align.adapters.attributes import no_filter_message
-from imsearch_align.collection.cell_files import read_ok
+from imsearch_align.collection.cell_files import DeployContext, read_ok
 from imsearch_align.collection.filter_kinds import FilterKind, ShareKept, WithinLabel, parse_filter
 from imsearch_align.collection.filters import (
     CategoryAttribute,
@@ -185,7 +185,7 @@ class FilterPlan:
         return kind.path(path)
 
     def measure(
-        self, runner: Any, store: Any, name: str, prep: Any, coll: Any, ctx: dict[str, Any]
+        self, runner: Any, store: Any, name: str, prep: Any, coll: Any, ctx: DeployContext
     ) -> list[dict[str, Any]]:
         """Every selectivity's cell on the built collection ``name``: written, returned.
 
@@ -196,7 +196,7 @@ class FilterPlan:
 
         out = []
         for kind in self.cases():
-            path = self.path(ctx["path"], kind)
+            path = self.path(ctx.path, kind)
             try:
                 if not isinstance(store, FilteredSearch):
                     raise TypeError(no_filter_message(store))
@@ -217,11 +217,11 @@ class FilterPlan:
         name: str,
         prep: Any,
         coll: Any,
-        ctx: dict[str, Any],
+        ctx: DeployContext,
         sel: float,
     ) -> dict[str, Any]:
 
-        base, k = ctx["base"], max(ctx["base"].ks)
+        base, k = ctx.base, max(ctx.base.ks)
         attr = self.attribute(prep, coll)
         f = selectivity_filter(sel, self.n_categories)
         truth = self.truth(prep, coll, sel, k, coll.block_rows)
@@ -235,7 +235,7 @@ class FilterPlan:
         d = base.direction
         metrics = {f"{d}/{m}": float(v["approximate"]) for m, v in means.items()}
         metrics[f"{d}/ann_recall@{k}"] = recall.mean
-        cell = {key: ctx["cell"][key] for key in SHARED_FIELDS if key in ctx["cell"]}
+        cell = {key: ctx.cell[key] for key in SHARED_FIELDS if key in ctx.cell}
         cell.update(
             kind="filtered",
             filter={
@@ -259,7 +259,7 @@ class FilterPlan:
             batch=runner.batch,
             latency_ms=latency,
             truth=truth.record(),
-            config=ctx["ident"]["config"],
+            config=ctx.ident["config"],
             status=status_record(),
         )
         short = f" {len(lost)} queries without a kept relevant item" if len(lost) else ""
@@ -272,8 +272,8 @@ class FilterPlan:
                         + (" ..." if len(lost) > NAMED else ""))  # fmt: skip
         return cell
 
-    def _failed(self, ctx: dict[str, Any], kind: FilterKind, exc: BaseException) -> dict[str, Any]:
-        cell = {key: ctx["cell"][key] for key in SHARED_FIELDS if key in ctx["cell"]}
+    def _failed(self, ctx: DeployContext, kind: FilterKind, exc: BaseException) -> dict[str, Any]:
+        cell = {key: ctx.cell[key] for key in SHARED_FIELDS if key in ctx.cell}
         cell.update(
             kind="filtered",
             filter=kind.failed_record(),

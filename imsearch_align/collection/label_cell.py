@@ -28,6 +28,7 @@ from typing import Any
 
 import numpy as np
 
+from imsearch_align.collection.cell_files import DeployContext
 from imsearch_align.collection.label_filter import UNKNOWN, LabelAttribute, query_labels
 from imsearch_align.collection.measure import search_batched, search_latency
 from imsearch_align.collection.recall import ann_recall_at_k, compare_measures
@@ -76,11 +77,11 @@ def _label_row(attr: LabelAttribute, label: int, f: Any, n: int, recall: float) 
 
 
 def _groups(
-    plan: Any, runner: Any, store: Any, name: str, prep: Any, coll: Any, ctx: dict[str, Any]
+    plan: Any, runner: Any, store: Any, name: str, prep: Any, coll: Any, ctx: DeployContext
 ) -> dict[str, Any]:
     """Every label group searched and scored: sums over queries, per-label rows."""
 
-    base, k = ctx["base"], max(ctx["base"].ks)
+    base, k = ctx.base, max(ctx.base.ks)
     attr: LabelAttribute = plan.label_attribute(prep, coll)
     qlab, mixed, without = query_labels(prep.qrels, prep.query_ids, attr)
     acc: dict[str, Any] = {"approx": {}, "exact": {}, "weight": 0, "seconds": 0.0,
@@ -113,11 +114,11 @@ def _groups(
 
 
 def label_cell(
-    plan: Any, runner: Any, store: Any, name: str, prep: Any, coll: Any, ctx: dict[str, Any]
+    plan: Any, runner: Any, store: Any, name: str, prep: Any, coll: Any, ctx: DeployContext
 ) -> dict[str, Any]:
     """The label cell of the built collection ``name`` (see the module docstring)."""
 
-    k, d = max(ctx["base"].ks), ctx["base"].direction
+    k, d = max(ctx.base.ks), ctx.base.direction
     acc = _groups(plan, runner, store, name, prep, coll, ctx)
     attr: LabelAttribute = acc["attr"]
     nq, w = len(prep.query_ids), max(acc["weight"], 1)
@@ -131,7 +132,7 @@ def label_cell(
     metrics[f"{d}/ann_recall@{k}"] = recall
     qps = nq / acc["seconds"] if acc["seconds"] > 0 else float("inf")
     kept = acc["kept"] / nq if nq else 0.0
-    cell = {key: ctx["cell"][key] for key in SHARED_FIELDS if key in ctx["cell"]}
+    cell = {key: ctx.cell[key] for key in SHARED_FIELDS if key in ctx.cell}
     cell.update(
         kind="filtered",
         filter={
@@ -160,7 +161,7 @@ def label_cell(
             "open_rows": acc["open"],
             "seconds": round(acc["truth_s"], 3),
         },
-        config=ctx["ident"]["config"],
+        config=ctx.ident["config"],
         status=status_record(),
     )
     runner.say(f"    filter label (each query's own, {len(acc['per_label'])} labels, kept "

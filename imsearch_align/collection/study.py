@@ -39,6 +39,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from imsearch_align.collection.build import BuildJob, BuildState
 from imsearch_align.collection.cell_files import (
     FORMAT,
     CellBase,
@@ -48,7 +49,6 @@ from imsearch_align.collection.cell_files import (
 )
 from imsearch_align.collection.extras import measure_extras
 from imsearch_align.collection.measure import (
-    BuildStats,
     harness_memory,
     insert_collection,
     open_store,
@@ -140,9 +140,8 @@ class CellRunner:
         for c in cells:
             if c is not None:
                 self.say(f"  reused {_label(c)}")
-        state: dict[str, Any] = {"store": None}
-        job = {"prep": prep, "coll": coll, "base": base, "setting": s, "build": build,
-               "grid": grid, "truth_of": truth_of, "state": state}  # fmt: skip
+        job = BuildJob(prep, coll, base, s, build, grid, truth_of)
+        state = job.state
         try:
             for i, search in enumerate(grid):
                 if cells[i] is not None:
@@ -166,17 +165,17 @@ class CellRunner:
             self.close(state)
         return [c for c in cells if c is not None]
 
-    def ensure_built(self, job: dict[str, Any], search: dict[str, int]) -> Any:
-        """The build of ``job`` (its runner ``state``): the store built now, with its
-        collection inserted (with attributes when filtering) and searchable, unless it is."""
-        state, s, base = job["state"], job["setting"], job["base"]
-        if state.get("store") is not None:
-            return state["store"]
-        prep, coll, build = job["prep"], job["coll"], job["build"]
-        state["store"] = store = open_store(s, build, search, uri=self.uri, workdir=self.work)
+    def ensure_built(self, job: BuildJob, search: dict[str, int]) -> Any:
+        """The build of ``job`` (its ``state``): the store built now, with its collection
+        inserted (with attributes when filtering) and searchable, unless it is."""
+        state, s, base = job.state, job.setting, job.base
+        if state.store is not None:
+            return state.store
+        prep, coll, build = job.prep, job.coll, job.build
+        state.store = store = open_store(s, build, search, uri=self.uri, workdir=self.work)
         # the config's key and this run's token: a collection left by a killed run, or a
         # second user of the same config on a shared server, never blocks this one
-        state["name"] = name = (
+        state.name = name = (
             "cs_" + cell_path(Path(), cell_identity(base, s, build, {})).stem[-10:]
             + "_" + self.token
         )  # fmt: skip
@@ -185,21 +184,21 @@ class CellRunner:
             store, name, coll, coll.dim, uri=self.uri, in_process=mode.in_process,
             attributes=self.filters and self.filters.inserts(store, prep, coll),
         )  # fmt: skip
-        state["stats"], state["truth"] = stats, job["truth_of"](stats.digest)
+        state.stats, state.truth = stats, job.truth_of(stats.digest)
         return store
 
-    def _cell(self, job: dict[str, Any], search: dict[str, int]) -> dict[str, Any]:
+    def _cell(self, job: BuildJob, search: dict[str, int]) -> dict[str, Any]:
         """One cell: build (or reuse the tunable build), search, score."""
         from imsearch_align.framework.interfaces import TunableSearch
 
-        state = job["state"]
-        store = state["store"]
+        state = job.state
+        store = state.store
         if store is None or not isinstance(store, TunableSearch):
             self.close(state)
             self.ensure_built(job, search)
         elif search:
-            store.set_search_params(state["name"], **search)
-        return self._measure(job["prep"], job["base"], job["setting"], job["build"], search, state)
+            store.set_search_params(state.name, **search)
+        return self._measure(job.prep, job.base, job.setting, job.build, search, state)
 
     def _measure(
         self,
@@ -208,14 +207,13 @@ class CellRunner:
         s: IndexSetting,
         build: dict[str, int],
         search: dict[str, int],
-        state: dict[str, Any],
+        state: BuildState,
     ) -> dict[str, Any]:
         from imsearch_align.experiment.provenance import capture
         from imsearch_align.framework.interfaces import TunableSearch
         from imsearch_align.framework.metrics import Run
 
-        store, name, truth = state["store"], state["name"], state["truth"]
-        stats: BuildStats = state["stats"]
+        store, name, truth, stats = state.store, state.name, state.truth, state.stats
         k = max(base.ks)
         ids, scores, qps = search_batched(store, name, prep.queries, k, self.batch)
         latency = search_latency(store, name, prep.queries, k, self.latency_queries, self.seed)
@@ -297,14 +295,14 @@ class CellRunner:
         """Write ``cell`` at ``path`` through the one writer of study cells."""
         write_cell(path, cell)
 
-    def close(self, state: dict[str, Any]) -> None:
+    def close(self, state: BuildState) -> None:
         """Drop the build held in ``state`` (its collection, the store) and give back memory.
         A server gone meanwhile is said, naming the collection left on it (the cells
         already say the server is unreachable)."""
-        store, state["store"] = state.get("store"), None
+        store, state.store = state.store, None
         if store is None:
             return
-        name = state.get("name")
+        name = state.name
         try:
             if name and store.has_collection(name):
                 store.drop_collection(name)

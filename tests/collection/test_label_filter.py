@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 from imsearch_align.collection import ArraySource, CollectionBlocks, MixtureModel, SyntheticSource
+from imsearch_align.collection.cell_files import DeployContext
 from imsearch_align.collection.filter_kinds import ShareKept, WithinLabel
 from imsearch_align.collection.filters import filtered_truth
 from imsearch_align.collection.label_filter import (
@@ -227,8 +228,8 @@ def _measure(plan, prep, coll, direction: str):
     from imsearch_align.collection.measure import insert_collection
 
     base = SimpleNamespace(ks=(1, 10), measures=MEASURES, direction=direction)
-    ctx = {"base": base, "path": Path("cell.json"), "ident": {"config": {}},
-           "cell": {"store": "exact", "method": "identity", "direction": direction}}  # fmt: skip
+    ctx = DeployContext(base, None, {}, {}, {"config": {}}, Path("cell.json"),
+                        {"store": "exact", "method": "identity", "direction": direction})  # fmt: skip
     runner = _Runner()
     with ExactStore() as store:
         attrs = plan.inserts(store, prep, coll)

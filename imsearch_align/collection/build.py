@@ -1,0 +1,52 @@
+"""One build of one index setting on one collection, as the study runs it: what it is built
+from (:class:`BuildJob`) and what it holds while it is up (:class:`BuildState`)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from imsearch_align.collection.aligned import CollectionBlocks
+from imsearch_align.collection.cell_files import CellBase
+from imsearch_align.collection.measure import BuildStats
+from imsearch_align.collection.prepare import Prepared
+from imsearch_align.collection.settings import IndexSetting
+
+__all__ = ["BuildJob", "BuildState"]
+
+
+@dataclass
+class BuildState:
+    """The build while it is up: the store, its collection's name, the insert's costs and
+    the collection's exact truth (all None until built, again after it is dropped)."""
+
+    store: Any = None
+    name: str | None = None
+    stats: BuildStats | None = None
+    truth: Any = None
+
+
+@dataclass(frozen=True)
+class BuildJob:
+    """What one build is made from and swept over.
+
+    Attributes:
+        prep: the fitted method's queries, documents and judgements.
+        coll: the collection (documents plus distractors, aligned block by block).
+        base: what the build's cells share.
+        setting: the index setting.
+        build: its build-time parameters for this collection's size.
+        grid: the search-time settings swept on it.
+        truth_of: the collection's exact truth from its documents' stream digest.
+        state: the build while it is up.
+    """
+
+    prep: Prepared
+    coll: CollectionBlocks
+    base: CellBase
+    setting: IndexSetting
+    build: dict[str, int]
+    grid: list[dict[str, int]]
+    truth_of: Callable[[str], Any]
+    state: BuildState = field(default_factory=BuildState)
