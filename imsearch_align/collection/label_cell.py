@@ -24,6 +24,7 @@ the number of labels the queries carry (a handful for the shapes dataset).
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -76,18 +77,36 @@ def _label_row(attr: LabelAttribute, label: int, f: Any, n: int, recall: float) 
     }
 
 
+@dataclass
+class _Totals:
+    """Sums over the label groups' queries (weighted by judged queries where scored) and
+    the per-label rows of ``filter.per_label``."""
+
+    attr: LabelAttribute
+    qlab: np.ndarray
+    mixed: int
+    without: int
+    approx: dict[str, float] = field(default_factory=dict)
+    exact: dict[str, float] = field(default_factory=dict)
+    weight: int = 0
+    seconds: float = 0.0
+    recall: float = 0.0
+    uncertain: int = 0
+    open: int = 0
+    truth_s: float = 0.0
+    kept: float = 0.0
+    per_label: list[dict[str, Any]] = field(default_factory=list)
+
+
 def _groups(
     plan: Any, runner: Any, store: Any, name: str, prep: Any, coll: Any, ctx: DeployContext
-) -> dict[str, Any]:
+) -> _Totals:
     """Every label group searched and scored: sums over queries, per-label rows."""
 
     base, k = ctx.base, max(ctx.base.ks)
     attr: LabelAttribute = plan.label_attribute(prep, coll)
-    qlab, mixed, without = query_labels(prep.qrels, prep.query_ids, attr)
-    acc: dict[str, Any] = {"approx": {}, "exact": {}, "weight": 0, "seconds": 0.0,
-                           "recall": 0.0, "uncertain": 0, "open": 0, "truth_s": 0.0,
-                           "kept": 0.0, "per_label": [], "qlab": qlab, "mixed": mixed,
-                           "without": without, "attr": attr}  # fmt: skip
+    acc = _Totals(attr, *query_labels(prep.qrels, prep.query_ids, attr))
+    qlab = acc.qlab
     for label in np.unique(qlab):
         rows = np.flatnonzero(qlab == label)
         f = attr.label_filter(int(label))
@@ -99,17 +118,16 @@ def _groups(
         recall = ann_recall_at_k(ids, truth, k)
         w = len(qrels.queries)
         for m, v in means["means"].items():
-            acc["approx"][m] = acc["approx"].get(m, 0.0) + w * float(v["approximate"])
-            acc["exact"][m] = acc["exact"].get(m, 0.0) + w * float(v["exact"])
-        acc["weight"] += w
-        acc["seconds"] += len(rows) / qps if qps > 0 else 0.0
-        acc["recall"] += float(recall.per_query.sum())
-        acc["uncertain"] += recall.n_uncertain
-        acc["open"] += int((~truth.closed).sum())
-        acc["truth_s"] += truth.seconds
-        share = attr.kept_share(f)
-        acc["kept"] += len(rows) * share
-        acc["per_label"].append(_label_row(attr, int(label), f, len(rows), recall.mean))
+            acc.approx[m] = acc.approx.get(m, 0.0) + w * float(v["approximate"])
+            acc.exact[m] = acc.exact.get(m, 0.0) + w * float(v["exact"])
+        acc.weight += w
+        acc.seconds += len(rows) / qps if qps > 0 else 0.0
+        acc.recall += float(recall.per_query.sum())
+        acc.uncertain += recall.n_uncertain
+        acc.open += int((~truth.closed).sum())
+        acc.truth_s += truth.seconds
+        acc.kept += len(rows) * attr.kept_share(f)
+        acc.per_label.append(_label_row(attr, int(label), f, len(rows), recall.mean))
     return acc
 
 
@@ -120,18 +138,18 @@ def label_cell(
 
     k, d = max(ctx.base.ks), ctx.base.direction
     acc = _groups(plan, runner, store, name, prep, coll, ctx)
-    attr: LabelAttribute = acc["attr"]
-    nq, w = len(prep.query_ids), max(acc["weight"], 1)
-    filters = [attr.label_filter(int(x)) for x in acc["qlab"]]
+    attr: LabelAttribute = acc.attr
+    nq, w = len(prep.query_ids), max(acc.weight, 1)
+    filters = [attr.label_filter(int(x)) for x in acc.qlab]
     latency = search_latency(
         _PerQuery(store, prep.queries, filters), name, np.arange(nq), k,
         runner.latency_queries, runner.seed,
     )  # fmt: skip
-    recall = acc["recall"] / nq if nq else 1.0
-    metrics = {f"{d}/{m}": v / w for m, v in acc["approx"].items()}
+    recall = acc.recall / nq if nq else 1.0
+    metrics = {f"{d}/{m}": v / w for m, v in acc.approx.items()}
     metrics[f"{d}/ann_recall@{k}"] = recall
-    qps = nq / acc["seconds"] if acc["seconds"] > 0 else float("inf")
-    kept = acc["kept"] / nq if nq else 0.0
+    qps = nq / acc.seconds if acc.seconds > 0 else float("inf")
+    kept = acc.kept / nq if nq else 0.0
     cell = {key: ctx.cell[key] for key in SHARED_FIELDS if key in ctx.cell}
     cell.update(
         kind="filtered",
@@ -144,26 +162,26 @@ def label_cell(
             "labels": len(attr.class_names),
             "distractor_labels": attr.distractors,
             "unknown_items": int((attr.labels == UNKNOWN).sum()),
-            "per_label": acc["per_label"],
-            "queries_mixed_labels": acc["mixed"],
-            "queries_without_relevant": {"count": acc["without"]},
+            "per_label": acc.per_label,
+            "queries_mixed_labels": acc.mixed,
+            "queries_without_relevant": {"count": acc.without},
         },
         metrics=metrics,
-        exact_metrics={f"{d}/{m}": v / w for m, v in acc["exact"].items()},
-        ann_recall={"k": k, "mean": recall, "uncertain": acc["uncertain"]},
+        exact_metrics={f"{d}/{m}": v / w for m, v in acc.exact.items()},
+        ann_recall={"k": k, "mean": recall, "uncertain": acc.uncertain},
         queries_per_s=qps,
         batch=runner.batch,
         latency_ms=latency,
         truth={
             "queries": nq,
-            "groups": len(acc["per_label"]),
+            "groups": len(acc.per_label),
             "k": k,
-            "open_rows": acc["open"],
-            "seconds": round(acc["truth_s"], 3),
+            "open_rows": acc.open,
+            "seconds": round(acc.truth_s, 3),
         },
         config=ctx.ident["config"],
         status=status_record(),
     )
-    runner.say(f"    filter label (each query's own, {len(acc['per_label'])} labels, kept "
+    runner.say(f"    filter label (each query's own, {len(acc.per_label)} labels, kept "
                 f"{kept:.4f} on average): recall {recall:.3f} {qps:,.0f} q/s")  # fmt: skip
     return cell
