@@ -15,70 +15,24 @@ Rooms: :mod:`.sources` (the :class:`DistractorSource` interface,
 :class:`StreamDigest`), :mod:`.truth` and :mod:`.truth_result`
 (:func:`exact_truth`, :class:`CollectionTruth`), :mod:`.recall`
 (:func:`ann_recall_at_k`, :func:`compare_measures`), :mod:`.cone`
-(:func:`cone_vectors`: encoder-shaped test data); the study's rooms :mod:`.settings` (index settings),
-:mod:`.prepare` (a method's inputs), :mod:`.measure` (one build's costs and
-speeds), :mod:`.cell_files` (a cell's identity and file), :mod:`.study` (the
-cells), :mod:`.study_report` (CSV, leaderboard, figures), :mod:`.filters` and
-:mod:`.filtered_study` (filtered search), :mod:`.label_filter` and
-:mod:`.label_cell` (search within the dataset's own class labels), :mod:`.extras` (filtered and
-concurrent search on each build's deployable setting), :mod:`.geometry_report`
-(the distractors beside the split, ``distractors.md``); :mod:`.cost_model` (a
-Milvus cluster for 10M and 100M vectors) and :mod:`.cost_inputs` (its
-measured inputs, read from a study's cells).
+(:func:`cone_vectors`: encoder-shaped test data); the study's rooms
+:mod:`.store_modes` (what the study knows of each store), :mod:`.settings`
+(index settings), :mod:`.prepare` (a method's inputs), :mod:`.measure` (one
+build's costs and speeds), :mod:`.build` (a build's job and state),
+:mod:`.cell_files` (a cell's identity and file), :mod:`.study` (the cells),
+:mod:`.study_report` (CSV, leaderboard, figures), :mod:`.filters`,
+:mod:`.filter_kinds`, :mod:`.filtered_study` and :mod:`.under_filter`
+(filtered search), :mod:`.label_filter` and :mod:`.label_cell` (search
+within the dataset's own class labels), :mod:`.extras` (filtered and
+concurrent search on each build's deployable setting),
+:mod:`.geometry_report` (the distractors beside the split,
+``distractors.md``); :mod:`.cost_model` (a Milvus cluster for 10M and 100M
+vectors) and :mod:`.cost_inputs` (its measured inputs, read from a study's
+cells).
 
-**Distractor sources** (raw embeddings of one modality, the dataset's
-encoder; each yields ``(ids, raw_block)`` of at most ``block_rows`` rows from
-``source.blocks(block_rows)``, ids in a reserved range from
-:data:`DISTRACTOR_ID_BASE` = 2**40; ``source.head(n)`` is the first ``n``
-rows, for a sweep over collection sizes)::
-
-    open_file(path, *, encoder=None, modality=None, id_base=DISTRACTOR_ID_BASE,
-              column=None | tensor=None) -> DistractorSource      # .npy/.parquet/.safetensors
-    ArraySource(rows, *, ids=None, id_base=..., modality=None, encoder=None, name="array")
-    ArraySource.from_split(dataset, split, modality, embeddings, *, encoder=None,
-                           id_base=..., cache_dir=None)               # "dataset:NAME"
-    MixtureModel.fit(support, *, n_components=None, rank=8, seed=0, normalize=None,
-                     max_rows=50_000, encoder=None) -> MixtureModel
-    SyntheticSource(model, n_rows, *, seed=0, id_base=..., modality=None)
-
-A file's encoder comes from a sidecar ``<file>.json`` (``{"encoder": ...,
-"modality": ...}``), the parquet schema or safetensors metadata, or the
-``encoder`` parameter. Before building, check the source against the dataset
-(each raises :class:`DistractorError`, a ``ValueError``, naming both sides)::
-
-    check_compatible(source, dim=d_raw, encoder=provider_key(provider),
-                     modality="image", dataset=dataset.name)
-    check_disjoint_ids(source, dataset.split_ids(None, "image"), dataset=dataset.name)
-    source.check()        # NaN / all-zero rows: counted, first ids (blocks() checks too)
-
-**Statistics** beside the real split's::
-
-    side_by_side({"test images": describe(raw_test), "distractors": describe(source)})
-
-(:class:`SpaceStats`: mean pairwise cosine, spectrum shares, nearest-neighbour
-cosine quantiles, on a seeded sample.)
-
-**The collection of one method** (the split's aligned documents, then the
-distractors aligned block by block by ``method.transform_images`` /
-``transform_texts``)::
-
-    aligned_blocks(source, method, modality, block_rows) -> Iterator[(ids, aligned)]
-    coll = CollectionBlocks(doc_ids, aligned_docs, source, method=method,
-                            modality="image", block_rows=8192)
-    digest = StreamDigest()
-    for ids, block in coll:           # insert into a store in batches
-        digest.update(ids, block); store.insert(...)
-
-**Ground truth** (exact top-k over the collection, float64-true order, tie
-groups at k closed, cached under ``cache_dir`` by the content key)::
-
-    truth = exact_truth(queries, query_ids, coll, k, *, margin=None,
-                        tie_tolerance=None, cache_dir=DIR,
-                        docs_digest=digest.hexdigest())  -> CollectionTruth
-    truth.run, truth.closed, truth.evaluate(qrels, ["HitRate@10", "nDCG@10"])
-    ann_recall_at_k(run_or_ids, truth, k=None) -> AnnRecall(k, per_query, mean, n_uncertain)
-    compare_measures(run_ann, truth, qrels, measures)["means"]
-                                      # {measure: {"exact": .., "approximate": ..}}
+How to build a collection, check distractors, compute its truth and score
+an ANN run by hand is in ``docs/collection-study.md`` ("The collection by
+hand"); the study that does all of it is :func:`imsearch_align.study.run_study`.
 
 Limits: the truth and :func:`aligned_blocks` take dense aligned spaces
 (a method whose transforms return CSR, ASIF, is refused by name).
