@@ -380,3 +380,32 @@ def test_multilabel_refuses_the_best_prompt_ensemble():
     cfg = _cfg("multilabel", {**CLASSES, "multi": True}).replace(ensemble="best")
     with pytest.raises((ExperimentError, ValueError), match="applies to classification only"):
         run_experiment(cfg, progress=False)
+
+
+@pytest.mark.parametrize("n_test", [18, 30])
+@pytest.mark.parametrize("dense", [True, False])
+def test_matching_on_a_collapsed_space_is_one_over_n_on_both_paths(tmp_path, n_test, dense):
+    """Every image and caption the same vector: every assignment is optimal, so the expected
+    accuracy is 1/n exactly. A float32 score matrix rounded rows by their position in the
+    GEMM and read one-ulp differences as preferences (0.0486 for 1/18 at 64-768 dims)."""
+    rng = np.random.default_rng(n_test)
+    n = round(n_test / 0.3)
+    for dim in (64, 384):
+        v = rng.standard_normal(dim).astype(np.float32)
+        X = np.repeat((v / np.linalg.norm(v))[None], n, axis=0)
+        np.save(tmp_path / "img.npy", X)
+        np.save(tmp_path / "txt.npy", X)
+        np.save(tmp_path / "ti.npy", np.arange(n))
+        cfg = ExperimentConfig(
+            dataset="precomputed",
+            dataset_params={"image_path": str(tmp_path / "img.npy"),
+                            "text_path": str(tmp_path / "txt.npy"),
+                            "text_image": str(tmp_path / "ti.npy")},  # fmt: skip
+            image_encoder=None, text_encoder=None, method="identity", store="exact",
+            task="matching", cache_dir=None, k_values=(1,),
+            task_params={} if dense else {"dense_limit": 4, "candidates": n},
+        )  # fmt: skip
+        r = run_experiment(cfg, progress=False)
+        m = r.task.details["n_items"]
+        assert m == n_test and ("dense" in r.task.details["path"]) == dense
+        assert r.metric("matching/accuracy") == pytest.approx(1 / m, abs=1e-12), dim

@@ -71,6 +71,11 @@ def hungarian_accuracy(scores: np.ndarray, seed: int = 0) -> tuple[float, np.nda
     return float(np.mean(assigned == np.arange(len(s)))), assigned
 
 
+def _float64(A: Any) -> Any:
+    """``A`` (dense or CSR) in float64."""
+    return A.astype(np.float64) if is_sparse(A) else np.asarray(A, dtype=np.float64)
+
+
 def top1_accuracy(scores: np.ndarray, tol: float = 0.0) -> float:
     """Share of rows whose best column is the diagonal one, expected over the
     orders of the columns tied at the row's best score (within ``tol``
@@ -167,7 +172,9 @@ class Matching(Task):
         tol = tolerance_for(ctx.config.tie_tolerance, A_img, rescored=True)
         extra: dict[str, Any] = {}
         if n <= self.dense_limit:
-            S = A_img @ A_txt.T
+            # float64 products of the float32 vectors: a float32 GEMM rounds a row by its
+            # position in the block, and one-ulp differences are not real preferences
+            S = _float64(A_img) @ _float64(A_txt).T
             S = np.asarray(S.toarray() if is_sparse(S) else S, dtype=np.float64)
             _, assigned = hungarian_accuracy(S, seed=ctx.config.seed)
             res = expected_accuracy(S, tol, assigned=assigned, seed=ctx.config.seed)
