@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -31,7 +32,6 @@ from imsearch_align.collection.cost_inputs import inputs_from_cells
 from imsearch_align.collection.cost_model import (
     INPUTS,
     MeasuredInputs,
-    load_inputs,
     markdown_table,
     peak_note,
 )
@@ -96,9 +96,23 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{'figure':<{width}}  {'value':>12}  source")
     for name, value, source in rows:
         print(f"{name:<{width}}  {value:>12}  {source}")
-    if args.write:
-        atomic_write(args.inputs, json.dumps(inputs, indent=2) + "\n")
-        atomic_write(args.doc, replace_generated(doc, load_inputs(args.inputs)))
+    if args.write:  # both checked writable first: the two never go out of step
+        text = replace_generated(doc, MeasuredInputs.from_dict(inputs))
+        for target in (args.doc, args.inputs):
+            folder = target.parent if target.parent != Path("") else Path(".")
+            if (target.exists() and not os.access(target, os.W_OK)) or not os.access(
+                folder, os.W_OK
+            ):
+                print(f"error: cannot write {target}: not writable; nothing was written",
+                      file=sys.stderr)  # fmt: skip
+                return 2
+        try:
+            atomic_write(args.doc, text)
+            atomic_write(args.inputs, json.dumps(inputs, indent=2) + "\n")
+        except OSError as exc:
+            print(f"error: cannot write {exc.filename or args.doc}: {exc.strerror or exc}",
+                  file=sys.stderr)  # fmt: skip
+            return 2
         print(f"wrote {args.inputs} and the generated table of {args.doc}")
     return 0
 

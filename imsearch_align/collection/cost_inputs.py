@@ -26,6 +26,7 @@ both stands in with the nearest measured type's figure, saying so.
 from __future__ import annotations
 
 import json
+import math
 import re
 import shlex
 from collections.abc import Mapping, Sequence
@@ -69,15 +70,40 @@ def _get(d: Mapping[str, Any] | None, path: str) -> Any:
 def read_cells(folder: str | Path, store: str) -> list[Cell]:
     """The clean ``collection_scale`` and ``concurrency`` cells of ``store`` in
     ``folder``, as ``(file name, cell)`` in file-name order."""
-    from imsearch_align.collection.cell_files import read_ok
+    from imsearch_align.experiment.study_cell import CellError, load_cell
 
     out = []
     for path in sorted(Path(folder).glob("*.json")):
-        data = read_ok(path)
-        kind = None if data is None else data.get("kind")
-        if kind in ("collection_scale", "concurrency") and data.get("store") == store:
+        try:
+            cell = load_cell(path)
+        except CellError as exc:
+            if '"kind"' in path.read_text(encoding="utf-8", errors="replace")[:4096]:
+                raise ValueError(f"cell {path.name}: {exc}") from None  # a cell, unreadable
+            continue  # not a cell (a CSV's sidecar, a result)
+        data = dict(cell.record)
+        if cell.ok and cell.kind in ("collection_scale", "concurrency") and cell.store == store:
+            _check_figures(path, data)
             out.append((path.name, data))
     return out
+
+
+#: The figures of a cell the inputs are derived from: each a finite number >= 0 when given.
+_FIGURES = ("queries_per_s", "timings.insert_s", "timings.build_s", "timings.load_s",
+            "memory.bytes", "collection.size", "concurrency")  # fmt: skip
+
+
+def _check_figures(path: Path, cell: Mapping[str, Any]) -> None:
+    """Refuse a cell whose timing, rate or size is negative or not finite, naming it."""
+    for name in _FIGURES:
+        v = _get(cell, name)
+        if v is None:
+            continue
+        bad = isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v)
+        if bad or v < 0:
+            raise ValueError(
+                f"cell {path.name}: {name} is {v!r}; expected a finite number >= 0 (a cell "
+                "measured wrongly: run it again)"
+            )
 
 
 def _itype(cell: Mapping[str, Any]) -> str:

@@ -165,8 +165,14 @@ class MeasuredInputs:
 
 
 def load_inputs(path: str | Path = INPUTS) -> MeasuredInputs:
-    """The measured inputs stored in ``path`` (default: the repository's JSON)."""
-    return MeasuredInputs.from_dict(json.loads(Path(path).read_text(encoding="utf-8")))
+    """The measured inputs stored in ``path`` (default: the package's JSON); a file that
+    cannot be read or is not the inputs' layout raises ``ValueError`` naming it."""
+    try:
+        return MeasuredInputs.from_dict(json.loads(Path(path).read_text(encoding="utf-8")))
+    except (OSError, ValueError, KeyError, TypeError, AttributeError, RecursionError) as exc:
+        raise ValueError(
+            f"cost-model inputs {str(path)!r} cannot be read: {type(exc).__name__}: {exc}"
+        ) from None
 
 
 @dataclass(frozen=True)
@@ -182,6 +188,8 @@ class IndexSpec:
     def __post_init__(self) -> None:
         if self.kind not in INDEX_TYPES:
             raise ValueError(f"index must be one of {', '.join(INDEX_TYPES)}, got {self.kind!r}")
+        for name in ("M", "nlist", "nbits", "m"):
+            _positive(f"IndexSpec.{name}", getattr(self, name), optional=name == "m")
 
     def label(self, dim: int) -> str:
         """The build parameters that matter to the cost, as text."""
@@ -212,6 +220,20 @@ class ClusterSpec:
     index_node_cores: int = 16
     shards: int = 1
     segment_mb: int = SEGMENT_MB
+
+    def __post_init__(self) -> None:
+        for f in ("replicas", "query_node_gib", "query_node_cores", "index_nodes",
+                  "index_node_cores", "shards", "segment_mb"):  # fmt: skip
+            _positive(f"ClusterSpec.{f}", getattr(self, f))
+
+
+def _positive(name: str, value: Any, *, optional: bool = False) -> None:
+    """Refuse a count or size that is not a positive number, naming it."""
+    if optional and value is None:
+        return
+    ok = isinstance(value, int | float) and not isinstance(value, bool)
+    if not ok or not math.isfinite(value) or value <= 0:
+        raise ValueError(f"{name} must be a positive number, got {value!r}")
 
 
 @dataclass(frozen=True)
@@ -375,6 +397,8 @@ def estimate(
     spec: IndexSpec, n: int, dim: int, measured: MeasuredInputs, cluster: ClusterSpec
 ) -> dict[str, Estimate]:
     """Every output for one index at ``n`` rows of ``dim``: memory, nodes, build, insert, q/s."""
+    _positive("n (rows)", n)
+    _positive("dim", dim)
     mem = memory_per_replica(spec, n, dim, cluster.segment_mb)
     nodes = query_nodes(mem, cluster)
     per_replica = int(nodes.inputs["per_replica"])

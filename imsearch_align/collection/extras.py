@@ -92,10 +92,17 @@ class ConcurrencyPlan:
         return path.with_name(f"concurrency-c{level}_{path.name}")
 
     def reuse(self, path: Path) -> list[dict[str, Any]] | None:
-        """The clean cells of every level measured before on the cell at ``path``, else None."""
-
+        """The clean cells of every level measured before on the cell at ``path`` with this
+        plan's duration and warm-up, else None (measured otherwise: measure again)."""
         found = [read_ok(self.path(path, lv)) for lv in self.levels]
-        return found if all(found) else None
+        if not all(found):
+            return None
+        same = all(
+            (c.get("run") or {}).get("duration_s") == self.duration_s
+            and (c.get("run") or {}).get("warmup_s") == self.warmup_s
+            for c in found
+        )
+        return found if same else None
 
     def measure(
         self, runner: Any, store: Any, name: str, prep: Any, ctx: DeployContext

@@ -237,12 +237,22 @@ def read_cell(data: Mapping[str, Any], path: str = "") -> StudyCell:
         selectivity=sel,
         filter_expression=str(_get(data, "filter.expression") or ""),
         status=status,
-        provenance=Provenance.from_dict(dict(data.get("provenance") or {})),
+        provenance=_provenance(data),
         command=_command(data),
         path=path,
         format=fmt,
         record=MappingProxyType(dict(data)),
     )
+
+
+def _provenance(data: Mapping[str, Any]) -> Provenance:
+    raw = data.get("provenance") or {}
+    if not isinstance(raw, Mapping):
+        raise CellError(f"field 'provenance' must be a mapping, got {type(raw).__name__}")
+    try:
+        return Provenance.from_dict(dict(raw))
+    except (TypeError, ValueError, KeyError, AttributeError) as exc:
+        raise CellError(f"field 'provenance': {type(exc).__name__}: {exc}") from None
 
 
 def load_cell(path: str | Path) -> StudyCell:

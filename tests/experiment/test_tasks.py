@@ -396,15 +396,20 @@ def test_matching_on_a_collapsed_space_is_one_over_n_on_both_paths(tmp_path, n_t
         np.save(tmp_path / "img.npy", X)
         np.save(tmp_path / "txt.npy", X)
         np.save(tmp_path / "ti.npy", np.arange(n))
+        paths = {k: str(tmp_path / f) for k, f in
+                 (("image_path", "img.npy"), ("text_path", "txt.npy"), ("text_image", "ti.npy"))}  # fmt: skip
         cfg = ExperimentConfig(
             dataset="precomputed",
-            dataset_params={"image_path": str(tmp_path / "img.npy"),
-                            "text_path": str(tmp_path / "txt.npy"),
-                            "text_image": str(tmp_path / "ti.npy")},  # fmt: skip
-            image_encoder=None, text_encoder=None, method="identity", store="exact",
-            task="matching", cache_dir=None, k_values=(1,),
+            dataset_params=paths,
+            image_encoder=None,
+            text_encoder=None,
+            method="identity",
+            store="exact",
+            task="matching",
+            cache_dir=None,
+            k_values=(1,),
             task_params={} if dense else {"dense_limit": 4, "candidates": n},
-        )  # fmt: skip
+        )
         r = run_experiment(cfg, progress=False)
         m = r.task.details["n_items"]
         assert m == n_test and ("dense" in r.task.details["path"]) == dense
