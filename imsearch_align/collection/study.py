@@ -106,9 +106,10 @@ class CellRunner:
         self.seconds = {"filtered": 0.0, "concurrency": 0.0}
         #: This run's token: part of every collection's name.
         self.token = uuid.uuid4().hex[:8]
-        #: Where in-process stores keep their data (Milvus Lite's database, Qdrant's
+        #: Where in-process stores keep their data, this run's own folder (Milvus Lite's
+        #: database, Qdrant's
         #: folder): hidden, so a report of ``out`` skips it; the caller removes it.
-        self.work = self.out / ".stores"
+        self.work = self.out / ".stores" / self.token
 
     def say(self, text: str) -> None:
         """One progress line (to ``log``, else standard error)."""

@@ -56,9 +56,18 @@ def run_level_threads(
         threading.Thread(target=client, args=(p,), name=f"concurrency-client-{p.client}")
         for p in plans
     ]
-    for th in threads:
+    for i, th in enumerate(threads):
         th.daemon = True
-        th.start()
+        try:
+            th.start()
+        except RuntimeError as exc:  # the OS refused a thread: say which level and why
+            start.append(time.perf_counter() - 1e9)  # long over: started clients return
+            go.set()
+            raise ConcurrencyRunError(
+                f"{len(plans)} client threads: the system refused thread {i + 1} ({exc}); "
+                "this process may not start that many threads (ulimit -u, memory for their "
+                "stacks): measure fewer clients, or client processes against a server"
+            ) from None
     start.append(time.perf_counter() + START_DELAY_S)
     go.set()
     t_measure = start[0] + plans[0].warmup_s

@@ -14,6 +14,7 @@ a study that stopped. The tables and figures are written at the end
 
 from __future__ import annotations
 
+import contextlib
 import shutil
 import sys
 import time
@@ -95,7 +96,11 @@ def run_study(spec: StudySpec, *, progress: bool = True, log: TextIO | None = No
     except KeyboardInterrupt as exc:
         result.interrupted, result.stopped_by = True, exc
     finally:
-        shutil.rmtree(out / ".stores", ignore_errors=True)  # Milvus Lite / Qdrant local data
+        # this run's Milvus Lite / Qdrant / LanceDB data only: another study writing into
+        # the same folder keeps its live stores
+        shutil.rmtree(runner.work, ignore_errors=True)
+        with contextlib.suppress(OSError):
+            runner.work.parent.rmdir()  # .stores, when no other run has one
         result.seconds["total"] = time.perf_counter() - t0
         result.outputs = write_outputs(result)
     return result

@@ -223,3 +223,29 @@ def test_a_hung_search_does_not_hang_the_run():
         assert time.perf_counter() - t0 < 5.0
     finally:
         release.set()
+
+
+def test_a_thread_the_system_refuses_is_a_run_error_that_says_why(monkeypatch):
+    from imsearch_align.concurrency import run_concurrent
+
+    real = threading.Thread.start
+    started = []
+
+    def start(self):
+        if self.name.startswith("concurrency-client-") and len(started) >= 3:
+            raise RuntimeError("can't start new thread")
+        started.append(self.name)
+        return real(self)
+
+    monkeypatch.setattr(threading.Thread, "start", start)
+    rng = np.random.default_rng(0)
+    docs = rng.standard_normal((50, 8)).astype(np.float32)
+    from imsearch_align.concurrency.client import ConcurrencyRunError
+
+    with ExactStore() as store:
+        store.create_collection("c", 8)
+        store.insert("c", docs, np.arange(50))
+        with pytest.raises(ConcurrencyRunError, match=r"8 client threads: the system refused "
+                           r"thread 4 \(can't start new thread\).*ulimit"):  # fmt: skip
+            run_concurrent(store, "c", docs[:5], np.arange(5), 3, levels=(8,),
+                           duration_s=0.2, warmup_s=0.0, mode="threads")  # fmt: skip
