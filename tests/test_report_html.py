@@ -318,3 +318,17 @@ def test_the_page_renders_in_headless_chromium(results_dir, page, tmp_path):
     bad.write_text("<html><body><script>throw new Error('boom')</script></body></html>")
     run = _headless(browser, tmp_path / "p3", "--dump-dom", bad.as_uri())
     assert any(console.search(ln) and "boom" in ln for ln in run.stderr.splitlines())
+
+
+def test_a_uri_in_a_chart_label_is_redacted_in_the_svg():
+    from imsearch_align.report_html.svg import Chart, Series, render
+
+    uri = "http://root:s3cret@db.example:19530"
+    chart = Chart(
+        title=f"milvus at {uri}", x_label="q/s", y_label="HitRate@10",
+        series=[Series(f"milvus ({uri})", [1.0, 2.0], [0.5, 0.6], tips=[uri, uri],
+                       point_labels=[uri, "x"])],
+        ceilings=[(0.7, f"exact {uri}")], marks=[(1.0, 0.5, uri)],
+    )  # fmt: skip
+    svg = render(chart)
+    assert "s3cret" not in svg and "db.example" in svg

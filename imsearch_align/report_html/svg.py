@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from html import escape
+from html import escape as _html_escape
 
+from imsearch_align.framework.secrets import redact_uris
 from imsearch_align.plots._figure import palette
 
 __all__ = [
@@ -25,6 +26,12 @@ __all__ = [
     "swatch",
     "tick_text",
 ]
+
+def escape(text: str, quote: bool = True) -> str:
+    """``text`` for the SVG: URI user info redacted (a store name may hold a server's URI),
+    then HTML-escaped. Every text of a chart, label, title and tooltip goes through it."""
+    return _html_escape(redact_uris(str(text)), quote=quote)
+
 
 WIDTH, HEIGHT = 720, 400
 _LEFT, _RIGHT, _TOP, _BOTTOM = 68, 20, 30, 50
