@@ -27,6 +27,7 @@ __all__ = [
     "tick_text",
 ]
 
+
 def escape(text: str, quote: bool = True) -> str:
     """``text`` for the SVG: URI user info redacted (a store name may hold a server's URI),
     then HTML-escaped. Every text of a chart, label, title and tooltip goes through it."""

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -414,3 +415,32 @@ def test_matching_on_a_collapsed_space_is_one_over_n_on_both_paths(tmp_path, n_t
         m = r.task.details["n_items"]
         assert m == n_test and ("dense" in r.task.details["path"]) == dense
         assert r.metric("matching/accuracy") == pytest.approx(1 / m, abs=1e-12), dim
+
+
+@pytest.mark.parametrize(
+    ("param", "message"),
+    [
+        ("fewshot_k=0", r"fewshot_k must be an integer >= 1, got 0"),
+        ("lr=0", r"lr must be in \(0, inf\), got 0"),
+        ("epochs=0", r"epochs must be an integer >= 1, got 0"),
+        ("batch_size=-4", r"batch_size must be an integer >= 1, got -4"),
+        ("val_proportion=1.0", r"val_proportion must be in \(0, 1\), got 1.0"),
+    ],
+)
+def test_linear_probe_parameters_are_refused_before_any_work(param, message, tmp_path):
+    p = _cli("eval", "--task", "linear_probe", "--dataset", "tiny-tasks", "--dataset-param",
+             "kind=classes", "--image-encoder", "none", "--text-encoder", "bow-test",
+             "--method", "identity", "--store", "exact", "--cache-dir", "none",
+             "--task-param", param, "--output-dir", str(tmp_path), cwd=tmp_path)  # fmt: skip
+    assert p.returncode == 2, p.stderr
+    assert re.search(message, p.stderr) and p.stderr.count("\n") == 1, p.stderr
+    assert not list(tmp_path.glob("*.json"))
+
+
+def test_linear_probe_training_parameters_are_settable_and_recorded():
+    from imsearch_align.experiment.tasks.linear_probe import LinearProbe
+
+    t = LinearProbe(lr=0.05, epochs=3, batch_size=16, val_proportion=0.25, procedure="sklearn")
+    assert {k: t.params()[k] for k in ("lr", "epochs", "batch_size", "val_proportion")} == {
+        "lr": 0.05, "epochs": 3, "batch_size": 16, "val_proportion": 0.25,
+    }  # fmt: skip

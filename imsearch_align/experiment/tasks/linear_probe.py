@@ -45,6 +45,31 @@ def _dense(m: Any, what: str) -> np.ndarray:
     return m.toarray()
 
 
+def _count(name: str, v: Any, *, optional: bool = False) -> None:
+    """An integer >= 1 (None where optional), else a ConfigError naming the parameter."""
+    from imsearch_align.framework.errors import ConfigError
+
+    if optional and v is None:
+        return
+    if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+        raise ConfigError(
+            f"task 'linear_probe' parameter {name} must be an integer >= 1, got {v!r}"
+        )
+
+
+def _number(
+    name: str, v: Any, *, low: float, high: float | None = None, low_open: bool = False
+) -> None:
+    """A finite number in its range, else a ConfigError naming the parameter and the range."""
+    from imsearch_align.framework.errors import ConfigError
+
+    ok = isinstance(v, int | float) and not isinstance(v, bool) and np.isfinite(v)
+    ok = ok and (v > low if low_open else v >= low) and (high is None or v < high)
+    if not ok:
+        rng = f"{'(' if low_open else '['}{low:g}, {'inf' if high is None else f'{high:g}'})"
+        raise ConfigError(f"task 'linear_probe' parameter {name} must be in {rng}, got {v!r}")
+
+
 @TASKS.register("linear_probe")
 class LinearProbe(Task):
     """Linear probe on raw and aligned image embeddings (CLIP_benchmark): sklearn or its own.
@@ -56,6 +81,12 @@ class LinearProbe(Task):
         normalize: L2-normalise features first.
         procedure: ``"sklearn"`` (logistic regression) or ``"clip_benchmark"``
             (CLIP_benchmark's AdamW layer and weight-decay search, needs torch).
+        lr, epochs, batch_size: the ``clip_benchmark`` procedure's training
+            (CLIP_benchmark's defaults 0.1, 10, 64).
+        val_proportion: share of the training images held out to choose the
+            regularisation (0.2; in (0, 1)).
+
+    Every value is checked when the task is made, before any data is loaded.
     """
 
     name = "linear_probe"
@@ -69,6 +100,10 @@ class LinearProbe(Task):
         max_iter: int = 1000,
         normalize: bool = True,
         procedure: str = "sklearn",
+        lr: float = 0.1,
+        epochs: int = 10,
+        batch_size: int = 64,
+        val_proportion: float = 0.2,
     ) -> None:
         from imsearch_align.diagnostics.linear_probe import DEFAULT_CS, check_procedure
         from imsearch_align.experiment.config import ConfigError
@@ -78,10 +113,18 @@ class LinearProbe(Task):
         except ValueError as exc:
             raise ConfigError(f"task 'linear_probe' parameter {exc}") from None
 
+        _count("fewshot_k", fewshot_k, optional=True)
+        _count("max_iter", max_iter)
+        _count("epochs", epochs)
+        _count("batch_size", batch_size)
+        _number("lr", lr, low=0.0, low_open=True)
+        _number("val_proportion", val_proportion, low=0.0, high=1.0, low_open=True)
         self.fewshot_k = fewshot_k
         self.Cs = tuple(float(c) for c in (Cs if Cs is not None else DEFAULT_CS))
         self.max_iter = int(max_iter)
         self.normalize = bool(normalize)
+        self.lr, self.epochs, self.batch_size = float(lr), int(epochs), int(batch_size)
+        self.val_proportion = float(val_proportion)
 
     def params(self) -> dict[str, Any]:
         return {
@@ -90,6 +133,10 @@ class LinearProbe(Task):
             "max_iter": self.max_iter,
             "normalize": self.normalize,
             "procedure": self.procedure,
+            "lr": self.lr,
+            "epochs": self.epochs,
+            "batch_size": self.batch_size,
+            "val_proportion": self.val_proportion,
         }
 
     def check(self, data: Any, config: Any) -> None:
@@ -137,6 +184,10 @@ class LinearProbe(Task):
                     normalize=self.normalize,
                     max_iter=self.max_iter,
                     procedure=self.procedure,
+                    lr=self.lr,
+                    epochs=self.epochs,
+                    batch_size=self.batch_size,
+                    val_proportion=self.val_proportion,
                 )
             metrics[f"{space}_acc1"] = r.acc1
             metrics[f"{space}_acc5"] = r.acc5
