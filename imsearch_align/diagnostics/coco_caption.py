@@ -16,8 +16,11 @@ numbers, contractions, quotes, brackets, the abbreviations that keep their
 period); it agreed with the jar on all but 4 of 3,305 test captions (3,000 of them
 random mixes of caption words, capitals, punctuation and contractions). Known
 differences, all rare in captions: emoticons (``:)`` is one token in PTB),
-``AT&T``-style capital acronyms with ``&`` (one token in PTB) and a missing
-space after an acronym (``i.e.the``, ``#e.g.``).
+``AT&T``-style capital acronyms with ``&`` (one token in PTB), a missing
+space after an acronym (``i.e.the``, ``#e.g.``), and a decimal joined to a
+hyphenated word (``3.5-inch``: the jar keeps ``3.5-inch`` whole, this
+tokeniser splits it). It is a re-implementation, not the jar: scores of
+captions with such tokens can differ from pycocoevalcap's in the last digits.
 """
 
 from __future__ import annotations
