@@ -216,8 +216,10 @@ class CellRunner:
 
         store, name, truth, stats = state.store, state.name, state.truth, state.stats
         k = max(base.ks)
+        outages = getattr(store, "outages", None)  # a store that counts its outages
         ids, scores, qps = search_batched(store, name, prep.queries, k, self.batch)
         latency = search_latency(store, name, prep.queries, k, self.latency_queries, self.seed)
+        status = _timed_status(outages, getattr(store, "outages", None))
         run = Run.from_arrays(prep.query_ids, ids, scores)
         means = compare_measures(run, truth, prep.qrels, base.measures)["means"]
         recall = ann_recall_at_k(ids, truth, k)
@@ -260,7 +262,7 @@ class CellRunner:
             "n_support": prep.n_support,
             "fit_s": round(prep.fit_s, 4),
             "config": ident["config"],
-            "status": status_record(),
+            "status": status,
             "provenance": capture(store).to_dict(),
             "command": list(base.command),
         }
@@ -314,6 +316,18 @@ class CellRunner:
         finally:
             store.close()
             release_freed_memory()
+
+
+def _timed_status(before: int | None, after: int | None) -> dict[str, Any]:
+    """Ok, or degraded when the store went through an outage while it was timed: its
+    queries/s and latency would include the outage (run it again: a degraded cell is not
+    reused)."""
+    if before is None or after is None or after == before:
+        return status_record()
+    return status_record("degraded", reasons=(
+        f"the server went through {after - before} outage(s) during the timed searches: "
+        "queries/s and latency include them; run the study again with --skip-existing",
+    ))  # fmt: skip
 
 
 def _label(cell: dict[str, Any]) -> str:

@@ -83,3 +83,40 @@ def test_every_mode_declares_what_the_study_reads():
         for text in mode.grid(quick=False) + mode.grid(quick=True):
             assert parse_index(text)[0].store == name
     assert store_modes.MILVUS_NLIST_CAP == STORES["milvus"].nlist_cap
+
+
+class _FlakyMode(ExactMode):
+    """The exact store, whose server 'goes through an outage' during the timed searches."""
+
+    name = "flaky-exact"
+    default_index = ("flaky-exact:flat",)
+
+    def open(self, index_type, build, search, *, uri, workdir):
+        from imsearch_align.adapters.exact import ExactStore
+
+        class Flaky(ExactStore):
+            outages = 0
+            searches = 0
+
+            def search(self, name, queries, k):
+                Flaky.searches += 1
+                if Flaky.searches == 2:
+                    Flaky.outages += 1  # as a Milvus store counts one that started
+                return super().search(name, queries, k)
+
+        return Flaky()
+
+
+def test_a_timing_through_an_outage_is_a_degraded_cell_not_an_ok_one(tmp_path, monkeypatch):
+    monkeypatch.setitem(STORES, _FlakyMode.name, _FlakyMode())
+    (tmp_path / "emb").mkdir()
+    emb = write_cone_pairs(tmp_path / "emb", 60)
+    spec = StudySpec(embeddings=str(emb), stores=("flaky-exact",), methods=("procrustes",),
+                     sizes=(0,), queries=20, latency_queries=3, out=str(tmp_path / "o"),
+                     truth_cache=str(tmp_path / "t"))  # fmt: skip
+    result = run_study(spec, progress=False)
+    (cell,) = result.cells
+    assert cell["status"]["state"] == "degraded" and "1 outage(s)" in cell["status"]["reasons"][0]
+    assert result.exit_code == 1
+    again = run_study(spec.replace(skip_existing=True), progress=False)
+    assert again.cells[0]["status"]["state"] == "degraded"  # measured again, not reused

@@ -93,6 +93,11 @@ class MilvusConnection:
         self._lite_path: str | None = None
         self._outage_since: float | None = None
         self._gave_up = False
+        #: Outages this connection has gone through (each counted when it starts) and the
+        #: seconds the healed ones lasted: a caller timing searches compares them before
+        #: and after, so a timing never silently includes an outage.
+        self.outages = 0
+        self.outage_s = 0.0
 
     @property
     def has_token(self) -> bool:
@@ -191,6 +196,7 @@ class MilvusConnection:
             now = time.monotonic()
             if self._outage_since is None:
                 self._outage_since = now
+                self.outages += 1
                 if not self._gave_up:
                     log.warning(
                         "Milvus at %s is not answering (%s%s: %s); retrying for up to %.1f s",
@@ -221,6 +227,8 @@ class MilvusConnection:
             if self._outage_since is not None or self._gave_up:
                 since = self._outage_since
                 took = "" if since is None else f" after {time.monotonic() - since:.1f} s"
+                if since is not None:
+                    self.outage_s += time.monotonic() - since
                 log.warning("Milvus at %s answers again%s", redact_uri(self.uri), took)
                 self._outage_since = None
                 self._gave_up = False

@@ -240,6 +240,12 @@ class MilvusStore(MilvusSearchOptions):
         """Whether search scores every vector (a FLAT index; see ExactSearch)."""
         return self.index == "FLAT"
 
+    @property
+    def outages(self) -> int:
+        """Outages the store's connection has gone through (each counted when it starts):
+        compare before and after a timed search to know it ran on a healthy server."""
+        return self._conn.outages
+
     def __repr__(self) -> str:
         return (
             f"MilvusStore(uri={redact_uri(self.uri)!r}, index={self.index!r}, "
