@@ -50,7 +50,6 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Mapping
-from importlib import metadata
 from typing import Any
 
 import numpy as np
@@ -78,6 +77,7 @@ from imsearch_align.adapters.rows import (
     finalize_rows,
     search_closing_ties,
 )
+from imsearch_align.adapters.versions import package_versions
 from imsearch_align.framework.interfaces import (
     FilteredSearch,
     SearchResult,
@@ -105,17 +105,6 @@ __all__ = [
     "search_closing_ties",
     "unique_collection_name",
 ]
-
-
-def package_versions(dists: tuple[str, ...] | list[str]) -> dict[str, str]:
-    """Installed version of each distribution in ``dists`` (absent ones are left out)."""
-    out: dict[str, str] = {}
-    for dist in dists:
-        try:
-            out[dist] = metadata.version(dist)
-        except metadata.PackageNotFoundError:
-            continue
-    return out
 
 
 class BaseStore(ABC):

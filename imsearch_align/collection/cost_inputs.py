@@ -35,6 +35,7 @@ from typing import Any
 
 from imsearch_align.collection.cost_model import INDEX_TYPES
 from imsearch_align.collection.extras import deploy_index
+from imsearch_align.experiment.study_cell import CellError, load_cell
 
 __all__ = ["KEPT", "NoCellsError", "inputs_from_cells", "read_cells"]
 
@@ -70,7 +71,6 @@ def _get(d: Mapping[str, Any] | None, path: str) -> Any:
 def read_cells(folder: str | Path, store: str) -> list[Cell]:
     """The clean ``collection_scale`` and ``concurrency`` cells of ``store`` in
     ``folder``, as ``(file name, cell)`` in file-name order."""
-    from imsearch_align.experiment.study_cell import CellError, load_cell
 
     out = []
     for path in sorted(Path(folder).glob("*.json")):

@@ -28,6 +28,9 @@ from typing import Any
 
 from imsearch_align.collection.build import BuildJob
 from imsearch_align.collection.cell_files import DeployContext, cell_identity, read_ok
+from imsearch_align.collection.settings import STORES
+from imsearch_align.concurrency.limits import check_levels
+from imsearch_align.experiment.provenance import capture
 from imsearch_align.experiment.study_cell import status_record
 from imsearch_align.framework.interfaces import StoreUnavailableError, TunableSearch
 
@@ -76,7 +79,6 @@ class ConcurrencyPlan:
     at_distractors: int | None = None
 
     def __post_init__(self) -> None:
-        from imsearch_align.concurrency.limits import check_levels
 
         object.__setattr__(self, "levels", tuple(check_levels(self.levels)))
         if not self.duration_s > 0:
@@ -108,14 +110,12 @@ class ConcurrencyPlan:
         self, runner: Any, store: Any, name: str, prep: Any, ctx: DeployContext
     ) -> list[dict[str, Any]]:
         """Every level on the built collection ``name``: the cells, written, returned."""
-        from imsearch_align.collection.settings import STORES
         from imsearch_align.concurrency import (
             StoreSpec,
             concurrency_cells,
             quality,
             run_concurrent,
         )
-        from imsearch_align.experiment.provenance import capture
 
         s, base, cell = ctx.setting, ctx.base, ctx.cell
         search = dict((cell.get("index") or {}).get("search_params") or ctx.search)

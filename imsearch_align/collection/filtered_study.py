@@ -51,6 +51,7 @@ from imsearch_align.collection.filters import (
     relevant_doc_ids,
     selectivity_filter,
 )
+from imsearch_align.collection.label_filter import query_labels
 from imsearch_align.collection.measure import search_batched, search_latency
 from imsearch_align.collection.recall import ann_recall_at_k, compare_measures
 from imsearch_align.collection.under_filter import SHARED_FIELDS, UnderFilter, plain_id
@@ -139,8 +140,6 @@ class FilterPlan:
         that label (computed once per collection and label)."""
         attr = self.label_attribute(prep, coll)
         if ("label", label) not in self._truths:
-            from imsearch_align.collection.label_filter import query_labels
-
             rows = np.flatnonzero(query_labels(prep.qrels, prep.query_ids, attr)[0] == label)
             self._truths["label", label] = filtered_truth(
                 prep.queries[rows], prep.query_ids[rows], coll, k, attr,

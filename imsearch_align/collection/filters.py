@@ -42,6 +42,7 @@ import numpy as np
 
 from imsearch_align.collection.aligned import collection_ids
 from imsearch_align.collection.sources import DEFAULT_BLOCK_ROWS
+from imsearch_align.collection.truth import as_stream, exact_truth
 from imsearch_align.framework.interfaces import Filter
 
 __all__ = [
@@ -214,7 +215,6 @@ def filtered_stream(
 ) -> Callable[[], Iterator[tuple[np.ndarray, np.ndarray]]]:
     """A stream of ``docs``'s ``(ids, block)`` pairs (any form
     :func:`~imsearch_align.collection.truth.as_stream` takes) with only the rows ``f`` keeps."""
-    from imsearch_align.collection.truth import as_stream
 
     source = as_stream(docs, block_rows)
 
@@ -244,7 +244,6 @@ def filtered_truth(
     ``(ids, matrix)`` pair...) with the mask applied to every block; not
     cached (the key would need a digest pass).
     """
-    from imsearch_align.collection.truth import exact_truth
 
     rows = kwargs.get("block_rows", DEFAULT_BLOCK_ROWS)
     stream = filtered_stream(docs, attribute, f, rows)

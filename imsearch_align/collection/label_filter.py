@@ -38,7 +38,10 @@ import numpy as np
 import pandas as pd
 
 from imsearch_align.collection.aligned import collection_ids
+from imsearch_align.collection.synthetic import SyntheticSource
+from imsearch_align.datasets.splits import SUPPORT_SPLIT
 from imsearch_align.framework.interfaces import Filter
+from imsearch_align.framework.registry import DATASETS
 
 __all__ = [
     "FIELD",
@@ -269,7 +272,6 @@ class LabelPlan:
 
     def distractor_labels(self, source: Any) -> tuple[np.ndarray, str]:
         """``(labels, how)``: the label of each row ``source`` serves, and how it was found."""
-        from imsearch_align.collection.synthetic import SyntheticSource
 
         n = source.n_rows
         unknown = np.full(n, UNKNOWN, dtype=np.int64)
@@ -288,7 +290,6 @@ class LabelPlan:
         return unknown, "unknown (a file of embeddings)"
 
     def _component_labels(self, source: Any) -> np.ndarray | None:
-        from imsearch_align.datasets.splits import SUPPORT_SPLIT
 
         model = source.model
         hit = self._components.get(id(model))
@@ -309,8 +310,6 @@ class LabelPlan:
             if name == self.dataset.name:
                 self._others[name] = self.dataset
             else:
-                from imsearch_align.framework.registry import DATASETS
-
                 loaded = DATASETS.get(name)()
                 self._others[name] = loaded[0] if isinstance(loaded, tuple) else loaded
         return self._others[name]

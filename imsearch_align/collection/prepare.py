@@ -21,7 +21,15 @@ from typing import Any
 import numpy as np
 
 from imsearch_align.collection.checks import check_compatible, check_disjoint_ids
-from imsearch_align.collection.sources import DistractorSource
+from imsearch_align.collection.files import open_file
+from imsearch_align.collection.sources import ArraySource, DistractorSource
+from imsearch_align.collection.synthetic import MixtureModel, SyntheticSource
+from imsearch_align.datasets.base import SUPPORT_SPLIT, TEST_SPLIT
+from imsearch_align.embedding import provider_key
+from imsearch_align.experiment.components import make_method, support_pairs
+from imsearch_align.framework.metrics import Qrels
+from imsearch_align.framework.registry import DATASETS
+from imsearch_align.framework.validation import is_sparse
 
 __all__ = ["MODALITIES", "Prepared", "distractor_source", "prepare", "sample_queries"]
 
@@ -61,7 +69,6 @@ def sample_queries(qrels: Any, n: int | None, seed: int) -> np.ndarray:
 
 def _restrict(qrels: Any, query_ids: np.ndarray) -> Any:
     """The judgements of ``query_ids`` only."""
-    from imsearch_align.framework.metrics import Qrels
 
     keep = np.isin(qrels.query_ids, query_ids)
     return Qrels(qrels.query_ids[keep], qrels.doc_ids[keep], qrels.relevance[keep])
@@ -69,7 +76,6 @@ def _restrict(qrels: Any, query_ids: np.ndarray) -> Any:
 
 def _aligned(fn: Any, raw: Any) -> np.ndarray:
     """``fn`` over ``raw`` in blocks, float32 (dense methods only)."""
-    from imsearch_align.framework.validation import is_sparse
 
     parts = []
     for s in range(0, raw.shape[0], BLOCK):
@@ -91,8 +97,6 @@ def prepare(
     config: Any, study: Any, direction: str, n_queries: int | None, *, progress: bool = False
 ) -> Prepared:
     """Fit ``config``'s method and align the split's documents and sampled queries."""
-    from imsearch_align.datasets.base import SUPPORT_SPLIT, TEST_SPLIT
-    from imsearch_align.experiment.components import make_method, support_pairs
 
     data = study.load(config)
     ds, prov = data.dataset, _providers(data)
@@ -130,11 +134,6 @@ def distractor_source(
     file (``.npy`` / ``.parquet`` / ``.safetensors``). The source is checked
     against the dataset (dimension, encoder, modality, id collisions).
     """
-    from imsearch_align.collection.files import open_file
-    from imsearch_align.collection.sources import ArraySource
-    from imsearch_align.collection.synthetic import MixtureModel, SyntheticSource
-    from imsearch_align.datasets.base import SUPPORT_SPLIT, TEST_SPLIT
-    from imsearch_align.embedding import provider_key
 
     data = study.load(config)
     ds, provider = data.dataset, _providers(data)[modality]
@@ -148,8 +147,6 @@ def distractor_source(
         model = MixtureModel.fit(rows, seed=seed, encoder=encoder)
         source: DistractorSource = SyntheticSource(model, int(spec), seed=seed, modality=modality)
     elif spec.startswith("dataset:"):
-        from imsearch_align.framework.registry import DATASETS
-
         name, _, split = spec[len("dataset:") :].partition(":")
         loaded = DATASETS.get(name)()  # a dataset, or (dataset, image provider, text provider)
         other = loaded[0] if isinstance(loaded, tuple) else loaded

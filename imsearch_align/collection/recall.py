@@ -28,7 +28,12 @@ import numpy as np
 import pandas as pd
 
 from imsearch_align.collection.truth_result import CollectionTruth
+from imsearch_align.framework.fidelity import default_rtol
+from imsearch_align.framework.fidelity.rule import tie_tolerant_recall
+from imsearch_align.framework.measures import lookup
 from imsearch_align.framework.metrics import Qrels, Run
+from imsearch_align.framework.ranking import ReadTies, score_against_exact
+from imsearch_align.framework.ties import default_tolerance
 from imsearch_align.framework.validation import check_int
 
 __all__ = ["AnnRecall", "ann_recall_at_k", "compare_measures"]
@@ -103,8 +108,6 @@ def ann_recall_at_k(
         rtol: tolerance relative to ``||q|| max||x||`` (default
             :func:`~imsearch_align.framework.fidelity.default_rtol` of the dimension).
     """
-    from imsearch_align.framework.fidelity import default_rtol
-    from imsearch_align.framework.fidelity.report import tie_tolerant_recall
 
     k = truth.k if k is None else check_int(k, "k", low=1)
     if k > truth.k:
@@ -155,9 +158,6 @@ def compare_measures(
         "means": {measure: {"exact": float, "approximate": float}}}``; the
         approximate run's groups are taken as returned (``groups_closed=False``).
     """
-    from imsearch_align.framework.measures import lookup
-    from imsearch_align.framework.ranking import ReadTies, score_against_exact
-    from imsearch_align.framework.ties import default_tolerance
 
     names = [measures] if isinstance(measures, str) else list(measures)
     deep = [m for m in names if lookup(m)[1] > truth.k]

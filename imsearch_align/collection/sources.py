@@ -26,6 +26,7 @@ from typing import Any
 import numpy as np
 
 from imsearch_align.collection.checks import DistractorError, bad_rows, raise_bad_rows
+from imsearch_align.embedding import embed, provider_key
 
 __all__ = [
     "DEFAULT_BLOCK_ROWS",
@@ -282,7 +283,6 @@ class ArraySource(DistractorSource):
                 dataset ids, kept in :attr:`source_ids`, never served).
             cache_dir: embedding cache folder (with a provider).
         """
-        from imsearch_align.embedding import embed, provider_key
 
         sids = dataset.split_ids(split, modality)
         if hasattr(embeddings, "encode"):

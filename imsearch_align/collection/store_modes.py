@@ -17,6 +17,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, ClassVar
 
+from imsearch_align.framework.registry import STORES as REGISTRY
+
 __all__ = [
     "MILVUS_NLIST_CAP",
     "STORES",
@@ -86,7 +88,6 @@ class StoreMode:
         uri: str | None, workdir: Path,
     ) -> Any:  # fmt: skip
         """The store for one index setting (build and initial search parameters)."""
-        from imsearch_align.framework.registry import STORES as REGISTRY
 
         return REGISTRY.get(self.registry)()
 
@@ -140,7 +141,6 @@ class FaissMode(StoreMode):
                 check_search_params(spec, {name: v})
 
     def open(self, index_type, build, search, *, uri, workdir):
-        from imsearch_align.framework.registry import STORES as REGISTRY
 
         return REGISTRY.get(self.registry)(index=index_type, **build, **search)
 
@@ -156,8 +156,6 @@ class _MilvusMode(StoreMode):
         return {t: v for t, v in out.items() if t not in self.refused}
 
     def _open(self, where: str, index_type: str, build: dict, search: dict) -> Any:
-        from imsearch_align.framework.registry import STORES as REGISTRY
-
         return REGISTRY.get(self.registry)(
             where, index=index_type, index_params=build, search_params=search,
             check_duplicates=False,  # ids are unique by construction (checked by the truth)
@@ -217,7 +215,6 @@ class QdrantLocalMode(StoreMode):
     default_index = ("qdrant-local:flat",)
 
     def open(self, index_type, build, search, *, uri, workdir):
-        from imsearch_align.framework.registry import STORES as REGISTRY
 
         Path(workdir).mkdir(parents=True, exist_ok=True)
         return REGISTRY.get(self.registry)(path=str(Path(workdir) / "qdrant_local"), exact=True)
@@ -237,7 +234,6 @@ class LanceDBMode(StoreMode):
         return {"flat": ((), ()), "ivf_flat": (("nlist",), ("nprobe",))}
 
     def open(self, index_type, build, search, *, uri, workdir):
-        from imsearch_align.framework.registry import STORES as REGISTRY
 
         Path(workdir).mkdir(parents=True, exist_ok=True)
         factory = REGISTRY.get(self.registry)

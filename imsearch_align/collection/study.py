@@ -58,9 +58,11 @@ from imsearch_align.collection.measure import (
 from imsearch_align.collection.prepare import Prepared
 from imsearch_align.collection.recall import ann_recall_at_k, compare_measures
 from imsearch_align.collection.settings import STORES, IndexSetting, resolve
+from imsearch_align.experiment.provenance import capture
 from imsearch_align.experiment.study_cell import status_record, write_cell
 from imsearch_align.framework._heap import release_freed_memory
-from imsearch_align.framework.interfaces import StoreUnavailableError
+from imsearch_align.framework.interfaces import StoreUnavailableError, TunableSearch
+from imsearch_align.framework.metrics import Run
 
 __all__ = ["CellBase", "CellRunner", "cell_identity", "cell_path", "load_clean"]
 
@@ -190,7 +192,6 @@ class CellRunner:
 
     def _cell(self, job: BuildJob, search: dict[str, int]) -> dict[str, Any]:
         """One cell: build (or reuse the tunable build), search, score."""
-        from imsearch_align.framework.interfaces import TunableSearch
 
         state = job.state
         store = state.store
@@ -210,9 +211,6 @@ class CellRunner:
         search: dict[str, int],
         state: BuildState,
     ) -> dict[str, Any]:
-        from imsearch_align.experiment.provenance import capture
-        from imsearch_align.framework.interfaces import TunableSearch
-        from imsearch_align.framework.metrics import Run
 
         store, name, truth, stats = state.store, state.name, state.truth, state.stats
         k = max(base.ks)

@@ -23,6 +23,8 @@ from typing import Any
 
 import pandas as pd
 
+from imsearch_align.experiment.study_cell import EXACT_INDEX_TYPES
+
 __all__ = ["cells_frame", "leaderboard", "quality_vs_qps", "quality_vs_size"]
 
 _MB = 1 / (1024 * 1024)
@@ -164,7 +166,6 @@ def quality_vs_size(
     setting at each size (dashed)."""
     from matplotlib.ticker import NullFormatter
 
-    from imsearch_align.experiment.study_cell import EXACT_INDEX_TYPES
     from imsearch_align.plots._figure import grid, new_figure, palette, save
 
     cells = [c for c in _ok(cells) if c.get("metrics", {}).get(metric) is not None]

@@ -35,10 +35,12 @@ from typing import Any
 
 import numpy as np
 
-from imsearch_align.collection.aligned import StreamDigest
+from imsearch_align.collection.aligned import StreamDigest, blocks_digest
 from imsearch_align.collection.sources import DEFAULT_BLOCK_ROWS, DistractorSource
 from imsearch_align.collection.truth_result import CollectionTruth, truth_key, truth_path
-from imsearch_align.framework.metrics import Run
+from imsearch_align.framework.metrics import Run, _map_row_chunks
+from imsearch_align.framework.ranking.tie_aware import EXACT_TIE_TOL
+from imsearch_align.framework.ties import _is_link, default_tolerance
 from imsearch_align.framework.validation import check_int, check_matrix
 
 __all__ = ["GEMM_CELLS", "as_stream", "exact_truth"]
@@ -99,7 +101,6 @@ def _scan(Q: np.ndarray, stream: Stream, c: int, cells: int, digest: StreamDiges
     """One pass over the documents: the running top ``c`` of every query."""
     from imsearch_align.collection._kernels import merge_block
     from imsearch_align.framework._pair_kernels import dense_pair_dots
-    from imsearch_align.framework.metrics import _map_row_chunks
 
     nq, d = Q.shape
     best = _Best(
@@ -161,7 +162,6 @@ class _Rows:
 
 def _settle(best: _Best, k: int, tol: float, err: np.ndarray) -> _Rows:
     """Sort candidates by true score (ids ascending among equals) and check closure."""
-    from imsearch_align.framework.ties import _is_link
 
     nq, c = best.i.shape
     t = np.where(best.i >= 0, best.t, -np.inf)
@@ -216,8 +216,6 @@ def exact_truth(
     Returns:
         :class:`~imsearch_align.collection.truth_result.CollectionTruth`.
     """
-    from imsearch_align.framework.ranking.tie_aware import EXACT_TIE_TOL
-    from imsearch_align.framework.ties import default_tolerance
 
     t0 = time.perf_counter()
     Q = np.ascontiguousarray(check_matrix(queries, "queries"), dtype=np.float32)
@@ -231,8 +229,6 @@ def exact_truth(
     path = None
     if cache_dir is not None:
         if docs_digest is None:
-            from imsearch_align.collection.aligned import blocks_digest
-
             docs_digest = blocks_digest(stream())
         path = truth_path(cache_dir, truth_key(Q, qids, docs_digest, k, margin, tol))
         if path.exists():

@@ -24,7 +24,9 @@ from typing import Any
 import numpy as np
 
 from imsearch_align.framework.atomic import atomic_write
+from imsearch_align.framework.measures import lookup
 from imsearch_align.framework.metrics import Qrels, Run
+from imsearch_align.framework.ties import tie_aware_evaluate
 from imsearch_align.framework.validation import array_buffer
 
 __all__ = ["CollectionTruth", "truth_key", "truth_path"]
@@ -100,8 +102,6 @@ class CollectionTruth:
         Returns :class:`~imsearch_align.framework.ties.TieAwareResult`. Cut-offs
         above :attr:`k` are refused (the truth is exact to rank k only).
         """
-        from imsearch_align.framework.measures import lookup
-        from imsearch_align.framework.ties import tie_aware_evaluate
 
         names = [measures] if isinstance(measures, str) else list(measures)
         deep = [m for m in names if lookup(m)[1] > self.k]

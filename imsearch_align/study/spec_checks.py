@@ -19,6 +19,8 @@ from imsearch_align.collection.filter_kinds import parse_filter
 from imsearch_align.collection.settings import STORES
 from imsearch_align.concurrency.limits import check_levels
 from imsearch_align.framework.errors import ConfigError
+from imsearch_align.framework.measures import lookup, needs_vectors
+from imsearch_align.framework.registry import DATASETS, METHODS, UnknownNameError
 from imsearch_align.study.defaults import DIRECTIONS
 
 __all__ = ["StudySpecError", "check_spec", "flag"]
@@ -35,7 +37,6 @@ def flag(name: str) -> str:
 
 def check_spec(spec: Any) -> None:
     """Every check that needs no data (the module docstring)."""
-    from imsearch_align.framework.registry import METHODS, UnknownNameError
 
     sources = [f for f in ("data", "embeddings", "shapes") if getattr(spec, f) is not None]
     if len(sources) > 1:
@@ -143,7 +144,6 @@ def _positive(spec: Any) -> None:
 
 
 def _check_measures(spec: Any) -> None:
-    from imsearch_align.framework.measures import lookup, needs_vectors
 
     for name in spec.measures or ():
         try:
@@ -162,7 +162,6 @@ def _check_measures(spec: Any) -> None:
 
 
 def _check_distractors(spec: Any) -> None:
-    from imsearch_align.framework.registry import DATASETS, UnknownNameError
 
     text = spec.distractors or ""
     if text.startswith("dataset:"):

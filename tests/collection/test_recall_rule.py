@@ -8,7 +8,7 @@ import numpy as np
 
 from imsearch_align.collection import ann_recall_at_k, cone_vectors, exact_truth
 from imsearch_align.framework.fidelity import ann_recall
-from imsearch_align.framework.fidelity.report import tie_tolerant_recall
+from imsearch_align.framework.fidelity.rule import tie_tolerant_recall
 from imsearch_align.framework.interfaces import SearchResult
 
 
