@@ -332,3 +332,20 @@ def test_a_uri_in_a_chart_label_is_redacted_in_the_svg():
     )  # fmt: skip
     svg = render(chart)
     assert "s3cret" not in svg and "db.example" in svg
+
+
+def test_malformed_cells_and_deep_json_are_named_and_the_page_is_written(tmp_path):
+    import html as html_mod
+
+    bad = {"format": "collection-cell/1", "kind": "collection_scale", "store": "faiss",
+           "method": "csa", "metrics": "oops", "collection": {"size": 3}, "queries_per_s": 1.0}  # fmt: skip
+    good = {**bad, "metrics": {"t2i/HitRate@10": 0.5}}
+    (tmp_path / "bad.json").write_text(json.dumps(bad))
+    (tmp_path / "badprov.json").write_text(json.dumps({**good, "provenance": [1, 2]}))
+    (tmp_path / "deep.json").write_text("[" * 100_000 + "]" * 100_000)
+    (tmp_path / "good.json").write_text(json.dumps(good))
+    page = write_report(tmp_path, tmp_path / "r.html")
+    text = html_mod.unescape(re.sub(r"<[^>]+>", " ", page.read_text(encoding="utf-8")))
+    assert "bad.json : a collection_scale cell with a bad field: field 'metrics'" in text
+    assert "badprov.json : a collection_scale cell with a bad field: field 'provenance'" in text
+    assert "deep.json : JSON nested too deeply" in text
