@@ -101,7 +101,9 @@ class CellRunner:
         self.latency_queries, self.skip_existing = int(latency_queries), skip_existing
         self.seed, self.log = seed, log
         self.filters, self.concurrency = filters, concurrency
-        #: The filtered and concurrency cells written (or reused) so far.
+        #: The sweep, filtered and concurrency cells written (or reused) so far, each
+        #: added as it is written: an interrupted study still lists every cell on disk.
+        self.cells: list[dict[str, Any]] = []
         self.filtered_cells: list[dict[str, Any]] = []
         self.concurrency_cells: list[dict[str, Any]] = []
         #: Seconds spent measuring the extras (filtered, concurrency).
@@ -131,8 +133,8 @@ class CellRunner:
         documents' stream digest (computed once per collection by the caller).
         A failed build or search is a failed cell (the error in its status);
         :class:`~imsearch_align.framework.interfaces.StoreUnavailableError`
-        propagates after the failed cells are written, holding this setting's cells
-        as ``exc.cells``.
+        propagates after the failed cells are written. Every cell is also added to
+        :attr:`cells` as it is written.
         """
         build, grid = resolve(s, base.size)
         idents = [cell_identity(base, s, build, g) for g in grid]
@@ -143,6 +145,7 @@ class CellRunner:
         for c in cells:
             if c is not None:
                 self.say(f"  reused {_label(c)}")
+                self.cells.append(c)
         job = BuildJob(prep, coll, base, s, build, grid, truth_of)
         state = job.state
         try:
@@ -155,13 +158,13 @@ class CellRunner:
                     for j in range(i, len(grid)):
                         if cells[j] is None:
                             cells[j] = self._failed(base, s, build, grid[j], exc, paths[j])
-                    exc.cells = [c for c in cells if c is not None]  # the caller lists them
                     raise
                 except Exception as exc:
                     cells[i] = self._failed(base, s, build, search, exc, paths[i])
                     self.close(state)
                     continue
                 self.write(paths[i], cells[i])
+                self.cells.append(cells[i])
             if self.filters is not None or self.concurrency is not None:
                 measure_extras(self, job, cells, paths)
         finally:
@@ -290,6 +293,7 @@ class CellRunner:
             "command": list(base.command),
         }
         self.write(path, cell)
+        self.cells.append(cell)
         return cell
 
     def write(self, path: Path, cell: dict[str, Any]) -> None:

@@ -176,7 +176,8 @@ def _run(
     say: _Say,
 ) -> None:
     """Every cell: direction x method x support size x distractor count x setting."""
-    runner.filtered_cells = result.filtered  # the result's lists: kept when interrupted
+    runner.cells = result.cells  # the result's lists, filled as cells are written
+    runner.filtered_cells = result.filtered
     runner.concurrency_cells = result.concurrency
     result.seconds = runner.seconds
     settings = spec.index_settings()
@@ -235,9 +236,8 @@ def _collection(
         if s.store in result.unreachable or (s.max_size is not None and size > s.max_size):
             continue
         try:
-            result.cells.extend(runner.run(prep, coll, cb, s, truth_of))
+            runner.run(prep, coll, cb, s, truth_of)
         except StoreUnavailableError as exc:
-            result.cells.extend(getattr(exc, "cells", []))  # its failed cells, listed
             result.unreachable[s.store] = str(exc)
             say(f"  {s.store} unreachable ({exc}); its other cells are not run")
 

@@ -211,3 +211,34 @@ def test_a_bad_distractor_file_is_refused_before_any_fit(tmp_path, capsys, case,
     err = capsys.readouterr().err
     assert code == 2 and re.search(message, err), err
     assert "fitting" not in err and not (tmp_path / "o").exists()
+
+
+@pytest.mark.slow
+def test_sigterm_keeps_the_finished_cells_prints_the_table_and_exits_143(tmp_path):
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from imsearch_align.testing.scripts import write_cone_pairs
+
+    (tmp_path / "emb").mkdir()
+    emb = write_cone_pairs(tmp_path / "emb", 60)
+    out = tmp_path / "o"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "imsearch_align.cli", "study", "--embeddings", str(emb),
+         "--stores", "exact", "--methods", "procrustes", "--sizes", "0", "--queries", "20",
+         "--latency-queries", "3", "--concurrency", "1", "--concurrency-duration", "60",
+         "--out", str(out), "--truth-cache", str(tmp_path / "t"), "--no-progress"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    deadline = time.monotonic() + 120
+    while not list(out.glob("image_*.json")) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    time.sleep(1.0)  # into the 60 s concurrency level
+    proc.send_signal(signal.SIGTERM)
+    stdout, stderr = proc.communicate(timeout=60)
+    assert proc.returncode == 143, stderr
+    assert "1/1 cells ok" in stdout and "interrupted after" in stdout
+    assert "terminated (SIGTERM)" in stderr and "--skip-existing" in stderr
+    assert len(list(out.glob("image_*.json"))) == 1 and (out / "collection.csv").is_file()
