@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from typing import Any
 
 from imsearch_align.cli.common import UsageError
@@ -101,6 +102,7 @@ def cmd_list(args: argparse.Namespace) -> int:
             _list_metrics(markdown=args.markdown)
         else:
             _list_registry(kind)
-    for mod, err in plugin_failures().items():
-        print(f"(plug-in module {mod} could not be loaded: {err})")
+    for mod, err in plugin_failures().items():  # beside Markdown, on standard error
+        print(f"(plug-in module {mod} could not be loaded: {err})",
+              file=sys.stderr if args.markdown else sys.stdout)  # fmt: skip
     return 0

@@ -131,4 +131,6 @@ def load_clean(path: Path) -> dict[str, Any] | None:
     """The sweep cell (``kind: collection_scale``) stored at ``path`` when it finished ok
     (else None: run it again)."""
     data = read_ok(path)
-    return data if data is not None and data.get("kind") == "collection_scale" else None
+    if data is None or data.get("kind") != "collection_scale" or data.get("format") != FORMAT:
+        return None  # reused only as the study wrote it
+    return data

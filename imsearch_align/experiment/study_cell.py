@@ -8,8 +8,9 @@ object) and :func:`load_cell` (a file) give a typed :class:`StudyCell`;
 the report, the leaderboards, the cost model's inputs, ``--skip-existing``
 and the deploy rule all read cells through them. ``StudyCell.record`` keeps
 the whole object (timings, memory, truth, the run's checks), so nothing a
-writer adds is lost to a reader. Files of ``collection-cell/1`` without a
-``format`` (concurrency cells written before every kind had one) still read.
+writer adds is lost to a reader. A cell without ``format`` (concurrency
+cells written before every kind had one, cells written by hand) reads as
+``collection-cell/1``; another format is refused.
 Dotted names below are nested keys (``collection.size`` is
 ``{"collection": {"size": ...}}``).
 
@@ -202,7 +203,7 @@ def read_cell(data: Mapping[str, Any], path: str = "") -> StudyCell:
         kind = data.get("kind") if isinstance(data, Mapping) else None
         raise CellError(f"'kind' must be one of {list(CELL_KINDS)}, got {kind!r}")
     kind = data["kind"]
-    fmt = data.get("format", CELL_FORMAT if kind == "concurrency" else None)
+    fmt = data.get("format", CELL_FORMAT)  # cells written before every kind had one: v1
     if fmt != CELL_FORMAT:
         raise CellError(f"'format' must be {CELL_FORMAT!r}, got {fmt!r}")
     for name in ("store", "method"):

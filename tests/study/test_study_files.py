@@ -22,7 +22,7 @@ def _recorded_spec(folder: Path) -> StudySpec:
     argv = [a for a in cell["command"][2:] if a != "--no-progress"]
     args = build_parser().parse_args(["study", *argv])
     mapping = spec_mapping(args)
-    mapping["out"] = str(Path(mapping["out"]).relative_to(ROOT))
+    mapping["out"] = str(Path(*Path(mapping["out"]).parts[-3:]))  # benchmarks/results/NAME
     return StudySpec.from_dict(mapping)
 
 
