@@ -155,8 +155,9 @@ def _runner(spec: StudySpec, study: Study, base: Any, sizes: list[int], log: Any
     concurrency = None
     if spec.concurrency:
         concurrency = ConcurrencyPlan(
-            tuple(spec.concurrency), spec.concurrency_duration, at_distractors=max(sizes)
-        )
+            tuple(spec.concurrency), spec.concurrency_duration, spec.concurrency_warmup,
+            at_distractors=max(sizes),
+        )  # fmt: skip
     return CellRunner(
         Path(spec.out), uri=spec.uri, batch=spec.batch, latency_queries=spec.latency_count(),
         skip_existing=spec.skip_existing, seed=spec.seed, log=log, filters=filters,

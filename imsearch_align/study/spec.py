@@ -96,6 +96,9 @@ class StudySpec:
         "CLIENTS",
     )  # fmt: skip
     concurrency_duration: float = _f(5.0, "measured seconds per concurrency level", "S")
+    concurrency_warmup: float = _f(
+        1.0, "seconds each concurrency level searches unmeasured first", "S"
+    )
     batch: int = _f(100, "queries per batched search call")
     latency_queries: int | None = _f(None, "single queries timed (1000; --quick 100)")
     block_rows: int = _f(8192, "rows per inserted block")

@@ -62,6 +62,11 @@ def check_spec(spec: Any) -> None:
             check_levels(spec.concurrency)
         except (TypeError, ValueError) as exc:
             raise StudySpecError(f"--concurrency: {exc}") from None
+    if not (math.isfinite(spec.concurrency_warmup) and spec.concurrency_warmup >= 0):
+        raise StudySpecError(
+            "--concurrency-warmup must be a finite number of seconds >= 0, "
+            f"got {spec.concurrency_warmup}"
+        )
     if not (math.isfinite(spec.concurrency_duration) and spec.concurrency_duration > 0):
         raise StudySpecError(
             "--concurrency-duration must be a finite number of seconds > 0, "

@@ -498,11 +498,13 @@ def _gaussian(n: int, seed: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
 
 
 @integration
-@pytest.mark.parametrize("level", [None, *LEVELS])
+@pytest.mark.parametrize("level", [None, "Eventually"])
 def test_search_right_after_insert_sees_every_row(env: Env, level: str | None) -> None:
     """Insert, then search at once: every row is in the answer (k = n) and the
-    top-k equals brute force, at the default level (Bounded) and every other;
-    rows inserted after a search are waited for again."""
+    top-k equals brute force, at the default level (Bounded) and the weakest
+    (Eventually: a stronger level sees at least what it sees; every level's
+    readiness wait is the same code); rows inserted after a search are waited
+    for again."""
     kw = {} if level is None else {"consistency_level": level}
     store = MilvusStore(uri=env.uri, token=TOKEN, **kw)
     X, ids, Q = _gaussian(N, 21)
