@@ -141,3 +141,21 @@ def test_list_metrics_markdown_prints_the_tables_of_the_metrics_page(capsys):
     text = (README.parent / "docs" / "metrics.md").read_text(encoding="utf-8")
     assert markdown_table() in text and task_markdown_table() in text
     assert main(["list", "stores", "--markdown"]) == 2
+
+
+def test_leaderboard_and_plot_defaults_come_from_the_task_measure_table():
+    from imsearch_align.framework.task_measures import (
+        TASK_MEASURES,
+        default_metrics,
+        plot_metrics,
+        task_keys,
+    )
+    from imsearch_align.leaderboard import DEFAULT_METRICS
+
+    assert DEFAULT_METRICS == default_metrics()
+    for name in (*default_metrics(), *plot_metrics()):
+        task, key = name.split("/", 1)
+        assert key in task_keys(task), name
+    assert {n.split("/")[0] for n in plot_metrics()} == {
+        t.task for t in TASK_MEASURES if t.headline
+    }

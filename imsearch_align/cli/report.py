@@ -172,9 +172,10 @@ def _slug(s: str) -> str:
 
 
 def _default_plot_metrics(results: Sequence[Any]) -> list[str]:
+    from imsearch_align.framework.task_measures import plot_metrics
+
     keys = {k for r in results for k in r.metrics}
-    wanted = ("t2i/HitRate@1", "i2t/HitRate@1", "classification/acc1", "matching/accuracy",
-              "multilabel/mAP", "linear_probe/aligned_acc1", "captioning/bleu4")  # fmt: skip
+    wanted = ("t2i/HitRate@1", "i2t/HitRate@1", *plot_metrics())  # the task table's headlines
     return [m for m in wanted if m in keys]
 
 

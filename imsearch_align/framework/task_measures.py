@@ -15,7 +15,9 @@ from dataclasses import dataclass
 __all__ = [
     "TASK_MEASURES",
     "TaskMeasure",
+    "default_metrics",
     "inline_code",
+    "plot_metrics",
     "task_keys",
     "task_markdown_table",
 ]
@@ -35,6 +37,8 @@ class TaskMeasure:
         source: whose definition it follows.
         definition: one line.
         clip_benchmark: CLIP_benchmark's key for it, ``"–"`` where it has none.
+        headline: shown by default in the leaderboard (and the first of its task
+            in the learning-curve plots).
     """
 
     name: str
@@ -43,6 +47,7 @@ class TaskMeasure:
     source: str
     definition: str
     clip_benchmark: str = "–"
+    headline: bool = False
 
     def keys(self, ks: tuple[int, ...] = ()) -> tuple[str, ...]:
         """The keys the task reports for this measure (``{k}`` for each of ``ks``,
@@ -66,6 +71,7 @@ TASK_MEASURES: tuple[TaskMeasure, ...] = (
         "CLIP_benchmark zeroshot_classification",
         "top-1 accuracy: the true class ranks first among the class prompts",
         "acc1",
+        headline=True,
     ),
     TaskMeasure(
         "acc5",
@@ -74,6 +80,7 @@ TASK_MEASURES: tuple[TaskMeasure, ...] = (
         "CLIP_benchmark zeroshot_classification",
         "top-5 accuracy: the true class is among the first 5 (nan with fewer than 5 classes)",
         "acc5",
+        headline=True,
     ),
     TaskMeasure(
         "mean_per_class_recall",
@@ -82,6 +89,7 @@ TASK_MEASURES: tuple[TaskMeasure, ...] = (
         "CLIP_benchmark (scikit-learn balanced_accuracy_score)",
         "mean over the classes present of the fraction of their images classified correctly",
         "mean_per_class_recall",
+        headline=True,
     ),
     TaskMeasure(
         "ann_recall@{k}",
@@ -98,6 +106,7 @@ TASK_MEASURES: tuple[TaskMeasure, ...] = (
         "share of test images assigned their own caption, expected over the tied optimal "
         "one-to-one assignments (each max-score Hungarian assignment equally likely, scores "
         "within the tie tolerance equal)",
+        headline=True,
     ),
     TaskMeasure(
         "top1_accuracy",
@@ -116,6 +125,7 @@ TASK_MEASURES: tuple[TaskMeasure, ...] = (
         "(float64 inner products; expected over the orders of tied images); a class without "
         "positives scores 0 and counts",
         "mean_average_precision",
+        headline=True,
     ),
     TaskMeasure(
         "{space}_acc1",
@@ -128,6 +138,7 @@ TASK_MEASURES: tuple[TaskMeasure, ...] = (
         "(sklearn, default) or CLIP_benchmark's AdamW-trained linear layer with its weight-decay "
         "search (clip_benchmark)",
         "lp_acc1 (procedure clip_benchmark only)",
+        headline=True,
     ),
     TaskMeasure(
         "{space}_acc5",
@@ -156,6 +167,7 @@ TASK_MEASURES: tuple[TaskMeasure, ...] = (
         "scorer sacrebleu (the default): corpus BLEU-4 (0-100; 13a tokens, case-sensitive, punctuation kept, "
         "exponential smoothing) of each image's nearest other-image caption against its "
         "reference captions",
+        headline=True,
     ),
     *(
         TaskMeasure(
@@ -215,6 +227,22 @@ def inline_code(alias: str) -> str:
         return alias
     head, _, note = alias.partition(" ")
     return f"`{head}`" + (f" {note}" if note else "")
+
+
+def default_metrics() -> tuple[str, ...]:
+    """``task/key`` of every headline measure, in table order: the leaderboard's default
+    task columns."""
+    return tuple(f"{t.task}/{key}" for t in TASK_MEASURES if t.headline for key in t.keys())
+
+
+def plot_metrics() -> tuple[str, ...]:
+    """The first headline measure of each task, in the aligned space where a measure has
+    one per space (its last key): the learning-curve plots' defaults."""
+    out: dict[str, str] = {}
+    for t in TASK_MEASURES:
+        if t.headline and t.task not in out:
+            out[t.task] = f"{t.task}/{t.keys()[-1]}"
+    return tuple(out.values())
 
 
 def task_keys(task: str, ks: tuple[int, ...] = ()) -> tuple[str, ...]:

@@ -17,6 +17,7 @@ import pandas as pd
 from imsearch_align.experiment.report import headline_columns
 from imsearch_align.experiment.result import ExperimentResult, ResultSchemaError
 from imsearch_align.experiment.study_cell import CellError, StudyCell, load_cell
+from imsearch_align.framework.task_measures import default_metrics
 
 __all__ = [
     "DEFAULT_METRICS",
@@ -32,17 +33,9 @@ __all__ = [
 
 #: Task metrics shown by default (those present), after the headline retrieval
 #: columns (every HitRate@k of the results, nDCG at the largest k: see
-#: :func:`imsearch_align.experiment.report.headline_columns`).
-DEFAULT_METRICS = (
-    "classification/acc1",
-    "classification/acc5",
-    "classification/mean_per_class_recall",
-    "matching/accuracy",
-    "multilabel/mAP",
-    "linear_probe/raw_acc1",
-    "linear_probe/aligned_acc1",
-    "captioning/bleu4",
-)
+#: :func:`imsearch_align.experiment.report.headline_columns`): the headline measures
+#: of the task-measure table (:func:`~imsearch_align.framework.task_measures.default_metrics`).
+DEFAULT_METRICS = default_metrics()
 #: Bound columns beside a metric: bootstrap interval, tie-order bounds, tie-rule value.
 _CI_SUFFIXES = (".ci_low", ".ci_high", ".tie_low", ".tie_high", ".tie_rule")
 _TAIL = ("status_reasons", "error", "key", "created", "path", "per_query_file")
