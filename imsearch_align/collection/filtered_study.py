@@ -42,6 +42,7 @@ from imsearch_align.adapters.attributes import no_filter_message
 from imsearch_align.collection.cell_files import DeployContext, read_ok
 from imsearch_align.collection.filter_kinds import FilterKind, ShareKept, WithinLabel, parse_filter
 from imsearch_align.collection.filters import (
+    AttributeTable,
     CategoryAttribute,
     assign_categories,
     collection_ids,
@@ -119,11 +120,11 @@ class FilterPlan:
 
     def truth(self, prep: Any, coll: Any, selectivity: float, k: int, block_rows: int) -> Any:
         """The exact filtered truth of one selectivity (computed once per collection)."""
-        attr = self.attribute(prep, coll)
+        table = self.table(prep, coll)
         if selectivity not in self._truths:
             f = selectivity_filter(selectivity, self.n_categories)
             self._truths[selectivity] = filtered_truth(
-                prep.queries, prep.query_ids, coll, k, attr, f, block_rows=block_rows
+                prep.queries, prep.query_ids, coll, k, table, f, block_rows=block_rows
             )
         return self._truths[selectivity]
 
@@ -142,7 +143,7 @@ class FilterPlan:
         if ("label", label) not in self._truths:
             rows = np.flatnonzero(query_labels(prep.qrels, prep.query_ids, attr)[0] == label)
             self._truths["label", label] = filtered_truth(
-                prep.queries[rows], prep.query_ids[rows], coll, k, attr,
+                prep.queries[rows], prep.query_ids[rows], coll, k, self.table(prep, coll),
                 attr.label_filter(label), block_rows=block_rows,
             )  # fmt: skip
         return self._truths["label", label]
@@ -153,11 +154,12 @@ class FilterPlan:
 
         if not isinstance(store, FilteredSearch):
             return None
-        category = self.attribute(prep, coll).attributes
+        return self.table(prep, coll).attributes
+
+    def table(self, prep: Any, coll: Any) -> AttributeTable:
+        """Every attribute of ``coll``'s items (categories; labels with a label plan)."""
         label = self.label_attribute(prep, coll)
-        if label is None:
-            return category
-        return lambda ids: {**category(ids), **label.attributes(ids)}
+        return AttributeTable(self.attribute(prep, coll), *([label] if label is not None else []))
 
     def cases(self) -> list[FilterKind]:
         """What each build is measured under: every kind (with a label plan, the label
@@ -230,7 +232,8 @@ class FilterPlan:
         run = Run.from_arrays(prep.query_ids, ids, scores)
         means = compare_measures(run, truth, prep.qrels, base.measures)["means"]
         recall = ann_recall_at_k(ids, truth, k)
-        lost = queries_without_relevant(prep.qrels, attr.kept_ids(f))
+        table = self.table(prep, coll)  # the filter reads the one attribute table
+        lost = queries_without_relevant(prep.qrels, table.kept_ids(f))
         d = base.direction
         metrics = {f"{d}/{m}": float(v["approximate"]) for m, v in means.items()}
         metrics[f"{d}/ann_recall@{k}"] = recall.mean
@@ -239,8 +242,8 @@ class FilterPlan:
             kind="filtered",
             filter={
                 "selectivity": sel,
-                "kept_share": attr.kept_share(f),
-                "kept_rows": len(attr.kept_ids(f)),
+                "kept_share": table.kept_share(f),
+                "kept_rows": len(table.kept_ids(f)),
                 "expression": milvus_expression(f),
                 "field": f.field,
                 "categories": self.n_categories,

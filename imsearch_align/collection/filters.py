@@ -50,6 +50,7 @@ __all__ = [
     "N_CATEGORIES",
     "SELECTIVITIES",
     "Attribute",
+    "AttributeTable",
     "CategoryAttribute",
     "assign_categories",
     "collection_ids",
@@ -106,6 +107,46 @@ class Attribute(Protocol):
 
     def keeps(self, ids: np.ndarray, f: Filter) -> np.ndarray:
         """Whether filter ``f`` keeps each item of ``ids`` (a boolean mask)."""
+
+
+class AttributeTable:
+    """Every attribute of one collection's items, by field: what a store insert carries
+    (:meth:`attributes`) and what any filter reads (:meth:`keeps`, :meth:`kept_ids`,
+    :meth:`kept_share`, dispatched on the filter's field). Filter kinds
+    (:mod:`~imsearch_align.collection.filter_kinds`) read this one table."""
+
+    def __init__(self, *columns: Any) -> None:
+        self.columns: dict[str, Any] = {}
+        for c in columns:
+            if c.field in self.columns:
+                raise ValueError(f"AttributeTable: field {c.field!r} is given twice")
+            self.columns[c.field] = c
+
+    def of_field(self, f: Filter) -> Any:
+        """The attribute filter ``f`` reads; a field the table lacks raises, naming both."""
+        try:
+            return self.columns[f.field]
+        except KeyError:
+            raise ValueError(
+                f"a filter on {f.field!r}: the collection's items carry "
+                f"{', '.join(self.columns) or 'no attribute'}"
+            ) from None
+
+    def attributes(self, ids: Any) -> dict[str, np.ndarray]:
+        """``{field: values}`` of ``ids`` for every attribute: a store insert's ``attributes=``."""
+        return {k: v for c in self.columns.values() for k, v in c.attributes(ids).items()}
+
+    def keeps(self, ids: Any, f: Filter) -> np.ndarray:
+        """Boolean mask: which of ``ids`` the filter keeps."""
+        return self.of_field(f).keeps(ids, f)
+
+    def kept_share(self, f: Filter) -> float:
+        """The share of the collection ``f`` keeps."""
+        return self.of_field(f).kept_share(f)
+
+    def kept_ids(self, f: Filter) -> np.ndarray:
+        """Every id ``f`` keeps, ascending."""
+        return self.of_field(f).kept_ids(f)
 
 
 @dataclass(frozen=True)
