@@ -28,6 +28,7 @@ from typing import Any
 
 from imsearch_align.collection.build import BuildJob
 from imsearch_align.collection.cell_files import DeployContext, cell_identity, read_ok
+from imsearch_align.collection.prepare import Prepared
 from imsearch_align.collection.settings import STORES
 from imsearch_align.concurrency.limits import check_levels
 from imsearch_align.experiment.provenance import capture
@@ -107,7 +108,7 @@ class ConcurrencyPlan:
         return found if same else None
 
     def measure(
-        self, runner: Any, store: Any, name: str, prep: Any, ctx: DeployContext
+        self, runner: Any, store: Any, name: str, prep: Prepared, ctx: DeployContext
     ) -> list[dict[str, Any]]:
         """Every level on the built collection ``name``: the cells, written, returned."""
         from imsearch_align.concurrency import (

@@ -17,9 +17,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
 
+from imsearch_align.collection.aligned import CollectionBlocks
 from imsearch_align.collection.cell_files import DeployContext
 from imsearch_align.collection.filters import selectivity_filter
 from imsearch_align.collection.label_cell import label_cell
+from imsearch_align.collection.prepare import Prepared
 
 __all__ = ["FILTER_KINDS", "FilterKind", "ShareKept", "WithinLabel", "parse_filter"]
 
@@ -44,7 +46,7 @@ class FilterKind:
         """What a failed cell of this kind records as its ``filter``."""
         return {"kind": self.name}
 
-    def measure(self, plan: Any, runner: Any, store: Any, name: str, prep: Any, coll: Any,
+    def measure(self, plan: Any, runner: Any, store: Any, name: str, prep: Prepared, coll: CollectionBlocks,
                 ctx: DeployContext) -> dict[str, Any]:  # fmt: skip
         """The kind's cell on the built collection ``name``."""
         raise NotImplementedError

@@ -39,6 +39,7 @@ from typing import Any
 import numpy as np
 
 from imsearch_align.adapters.attributes import no_filter_message
+from imsearch_align.collection.aligned import CollectionBlocks
 from imsearch_align.collection.cell_files import DeployContext, read_ok
 from imsearch_align.collection.filter_kinds import FilterKind, ShareKept, WithinLabel, parse_filter
 from imsearch_align.collection.filters import (
@@ -54,6 +55,7 @@ from imsearch_align.collection.filters import (
 )
 from imsearch_align.collection.label_filter import query_labels
 from imsearch_align.collection.measure import search_batched, search_latency
+from imsearch_align.collection.prepare import Prepared
 from imsearch_align.collection.recall import ann_recall_at_k, compare_measures
 from imsearch_align.collection.under_filter import SHARED_FIELDS, UnderFilter, plain_id
 from imsearch_align.experiment.study_cell import status_record
@@ -106,7 +108,7 @@ class FilterPlan:
         self.kinds: tuple[FilterKind, ...] = kinds
         self.selectivities = tuple(k.share for k in kinds if isinstance(k, ShareKept))
 
-    def attribute(self, prep: Any, coll: Any) -> CategoryAttribute:
+    def attribute(self, prep: Prepared, coll: CollectionBlocks) -> CategoryAttribute:
         """The categories of ``coll``'s items (computed once per collection)."""
         if self._coll is not coll:
             self._coll, self._truths, self._label = coll, {}, None
@@ -118,7 +120,9 @@ class FilterPlan:
             )
         return self._attr
 
-    def truth(self, prep: Any, coll: Any, selectivity: float, k: int, block_rows: int) -> Any:
+    def truth(
+        self, prep: Prepared, coll: CollectionBlocks, selectivity: float, k: int, block_rows: int
+    ) -> Any:
         """The exact filtered truth of one selectivity (computed once per collection)."""
         table = self.table(prep, coll)
         if selectivity not in self._truths:
@@ -128,7 +132,7 @@ class FilterPlan:
             )
         return self._truths[selectivity]
 
-    def label_attribute(self, prep: Any, coll: Any) -> Any:
+    def label_attribute(self, prep: Prepared, coll: CollectionBlocks) -> Any:
         """The class labels of ``coll``'s items (computed once per collection; None
         without a label plan)."""
         self.attribute(prep, coll)
@@ -136,7 +140,9 @@ class FilterPlan:
             self._label = self.labels.attribute(prep, coll)
         return self._label
 
-    def label_truth(self, prep: Any, coll: Any, label: int, k: int, block_rows: int) -> Any:
+    def label_truth(
+        self, prep: Prepared, coll: CollectionBlocks, label: int, k: int, block_rows: int
+    ) -> Any:
         """The exact truth of ``prep``'s queries searched within ``label`` over the rows of
         that label (computed once per collection and label)."""
         attr = self.label_attribute(prep, coll)
@@ -148,7 +154,7 @@ class FilterPlan:
             )  # fmt: skip
         return self._truths["label", label]
 
-    def inserts(self, store: Any, prep: Any, coll: Any) -> Any:
+    def inserts(self, store: Any, prep: Prepared, coll: CollectionBlocks) -> Any:
         """``ids -> {"category": ...}`` (and ``"label"`` with a label plan) for the inserts
         into ``store`` (None: it does not filter)."""
 
@@ -156,7 +162,7 @@ class FilterPlan:
             return None
         return self.table(prep, coll).attributes
 
-    def table(self, prep: Any, coll: Any) -> AttributeTable:
+    def table(self, prep: Prepared, coll: CollectionBlocks) -> AttributeTable:
         """Every attribute of ``coll``'s items (categories; labels with a label plan)."""
         label = self.label_attribute(prep, coll)
         return AttributeTable(self.attribute(prep, coll), *([label] if label is not None else []))
@@ -186,7 +192,13 @@ class FilterPlan:
         return kind.path(path)
 
     def measure(
-        self, runner: Any, store: Any, name: str, prep: Any, coll: Any, ctx: DeployContext
+        self,
+        runner: Any,
+        store: Any,
+        name: str,
+        prep: Prepared,
+        coll: CollectionBlocks,
+        ctx: DeployContext,
     ) -> list[dict[str, Any]]:
         """Every selectivity's cell on the built collection ``name``: written, returned.
 
@@ -216,8 +228,8 @@ class FilterPlan:
         runner: Any,
         store: Any,
         name: str,
-        prep: Any,
-        coll: Any,
+        prep: Prepared,
+        coll: CollectionBlocks,
         ctx: DeployContext,
         sel: float,
     ) -> dict[str, Any]:

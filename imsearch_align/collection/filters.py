@@ -44,6 +44,7 @@ from imsearch_align.collection.aligned import collection_ids
 from imsearch_align.collection.sources import DEFAULT_BLOCK_ROWS
 from imsearch_align.collection.truth import as_stream, exact_truth
 from imsearch_align.framework.interfaces import Filter
+from imsearch_align.framework.metrics import Qrels
 
 __all__ = [
     "FIELD",
@@ -200,7 +201,7 @@ class CategoryAttribute:
         return self.ids[np.isin(self.categories, np.asarray(f.values, dtype=np.int64))]
 
 
-def relevant_doc_ids(qrels: Any) -> np.ndarray:
+def relevant_doc_ids(qrels: Qrels) -> np.ndarray:
     """The doc ids judged relevant (relevance > 0) to some query of ``qrels``, unique."""
     docs = np.asarray(qrels.doc_ids)[np.asarray(qrels.relevance) > 0]
     try:
@@ -239,7 +240,7 @@ def assign_categories(
     return CategoryAttribute(ids, cats, int(n_categories), int(rel.sum()), int(seed))
 
 
-def queries_without_relevant(qrels: Any, kept_doc_ids: Any) -> np.ndarray:
+def queries_without_relevant(qrels: Qrels, kept_doc_ids: Any) -> np.ndarray:
     """Query ids of ``qrels`` none of whose relevant documents is among ``kept_doc_ids``."""
     rel = np.asarray(qrels.relevance) > 0
     q = np.asarray(qrels.query_ids)

@@ -22,6 +22,7 @@ from typing import Any
 
 import numpy as np
 
+from imsearch_align.collection.prepare import Prepared
 from imsearch_align.collection.stats import describe, sample_rows, side_by_side
 
 __all__ = ["best_match_quantiles", "distractor_report"]
@@ -43,7 +44,13 @@ def best_match_quantiles(queries: np.ndarray, docs: np.ndarray) -> dict[str, flo
 
 
 def distractor_report(
-    prep: Any, raw_docs: np.ndarray, source: Any, *, title: str, sample: int = 2000, seed: int = 0
+    prep: Prepared,
+    raw_docs: np.ndarray,
+    source: Any,
+    *,
+    title: str,
+    sample: int = 2000,
+    seed: int = 0,
 ) -> str:
     """One Markdown section: ``source`` beside ``prep``'s documents, raw and aligned.
 

@@ -29,9 +29,11 @@ from typing import Any
 
 import numpy as np
 
+from imsearch_align.collection.aligned import CollectionBlocks
 from imsearch_align.collection.cell_files import DeployContext
 from imsearch_align.collection.label_filter import UNKNOWN, LabelAttribute, query_labels
 from imsearch_align.collection.measure import search_batched, search_latency
+from imsearch_align.collection.prepare import Prepared
 from imsearch_align.collection.recall import ann_recall_at_k, compare_measures
 from imsearch_align.collection.under_filter import SHARED_FIELDS, UnderFilter
 from imsearch_align.experiment.study_cell import status_record
@@ -43,7 +45,7 @@ __all__ = ["EXPRESSION", "label_cell"]
 EXPRESSION = "label in [L]"
 
 
-def _restrict(qrels: Any, query_ids: np.ndarray) -> Any:
+def _restrict(qrels: Qrels, query_ids: np.ndarray) -> Any:
     """The judgements of ``query_ids`` only."""
 
     keep = np.isin(qrels.query_ids, query_ids)
@@ -99,7 +101,13 @@ class _Totals:
 
 
 def _groups(
-    plan: Any, runner: Any, store: Any, name: str, prep: Any, coll: Any, ctx: DeployContext
+    plan: Any,
+    runner: Any,
+    store: Any,
+    name: str,
+    prep: Prepared,
+    coll: CollectionBlocks,
+    ctx: DeployContext,
 ) -> _Totals:
     """Every label group searched and scored: sums over queries, per-label rows."""
 
@@ -132,7 +140,13 @@ def _groups(
 
 
 def label_cell(
-    plan: Any, runner: Any, store: Any, name: str, prep: Any, coll: Any, ctx: DeployContext
+    plan: Any,
+    runner: Any,
+    store: Any,
+    name: str,
+    prep: Prepared,
+    coll: CollectionBlocks,
+    ctx: DeployContext,
 ) -> dict[str, Any]:
     """The label cell of the built collection ``name`` (see the module docstring)."""
 

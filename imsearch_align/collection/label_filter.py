@@ -37,10 +37,12 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from imsearch_align.collection.aligned import collection_ids
+from imsearch_align.collection.aligned import CollectionBlocks, collection_ids
+from imsearch_align.collection.prepare import Prepared
 from imsearch_align.collection.synthetic import SyntheticSource
 from imsearch_align.datasets.splits import SUPPORT_SPLIT
 from imsearch_align.framework.interfaces import Filter
+from imsearch_align.framework.metrics import Qrels
 from imsearch_align.framework.registry import DATASETS
 
 __all__ = [
@@ -198,7 +200,7 @@ class LabelAttribute:
         return str(self.class_names[int(label)]) if ok else "unknown"
 
 
-def query_labels(qrels: Any, query_ids: Any, attr: LabelAttribute) -> tuple[np.ndarray, int, int]:
+def query_labels(qrels: Qrels, query_ids: Any, attr: LabelAttribute) -> tuple[np.ndarray, int, int]:
     """The label each query is searched within: its first relevant item's (qrels order).
 
     Returns ``(labels, mixed, without)``: one label per ``query_ids``;
@@ -257,7 +259,7 @@ class LabelPlan:
         """The evaluated dataset's class names."""
         return tuple(self.dataset.class_names)
 
-    def attribute(self, prep: Any, coll: Any) -> LabelAttribute:
+    def attribute(self, prep: Prepared, coll: CollectionBlocks) -> LabelAttribute:
         """The label of every item of ``coll`` (documents of ``prep``, then distractors)."""
         ids = collection_ids(coll)
         doc_labels = item_labels(self.dataset, prep.doc_ids, prep.doc_modality)
