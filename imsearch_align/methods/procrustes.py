@@ -11,8 +11,27 @@ from imsearch_align.methods.base import AlignmentBase, l2_normalize, support_mom
 __all__ = ["Procrustes"]
 
 
-def _pca_components(K: np.ndarray, dim: int) -> np.ndarray:
-    """Top-``dim`` principal directions ``(d, dim)`` from a scatter matrix, deterministic signs.
+#: Eigenvalues of a support scatter matrix below this share of the largest are its null
+#: space (float64 rounding of zero variance): directions there are arbitrary.
+RANK_RTOL = 1e-9
+
+
+def _eigh_desc(K: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Eigenvalues (descending) and eigenvectors of a symmetric scatter matrix."""
+    w, V = np.linalg.eigh(K)
+    order = np.argsort(-w, kind="stable")
+    return w[order], V[:, order]
+
+
+def numerical_rank(w: np.ndarray) -> int:
+    """Directions a scatter matrix with eigenvalues ``w`` (descending) really spans."""
+    top = float(w[0]) if len(w) else 0.0
+    return int(np.count_nonzero(w > RANK_RTOL * top)) if top > 0 else 0
+
+
+def _pca_components(w: np.ndarray, V: np.ndarray, dim: int) -> np.ndarray:
+    """Top-``dim`` principal directions ``(d, dim)`` from a scatter matrix's eigenvectors
+    (``w``, ``V`` descending), deterministic signs.
 
     The eigenvectors of ``Xc'Xc`` with the largest eigenvalues are the right
     singular vectors of ``Xc`` (what an SVD of the data gives), from a
@@ -20,8 +39,7 @@ def _pca_components(K: np.ndarray, dim: int) -> np.ndarray:
     scikit-learn's ``svd_flip``: the largest-|.| entry of each direction is
     positive, so a refit gives the same space.
     """
-    w, V = np.linalg.eigh(K)
-    P = V[:, np.argsort(-w, kind="stable")[:dim]]
+    P = V[:, :dim]
     idx = np.argmax(np.abs(P), axis=0)
     signs = np.sign(P[idx, np.arange(dim)])
     signs[signs == 0] = 1.0
@@ -44,11 +62,15 @@ class Procrustes(AlignmentBase):
 
     Args:
         dim: common dimension, in ``[1, min(d_image, d_text, N - 1)]``
-            (centred support data has rank at most ``N - 1``); ``None`` uses
-            that maximum.
+            (centred support data has rank at most ``N - 1``), and at most the
+            directions both support sides really span (their numerical rank:
+            repeated images span fewer than ``N - 1``; a principal direction
+            beyond it is an arbitrary null-space vector, which BLAS kernels
+            choose differently); ``None`` uses that maximum.
 
     Attributes:
-        mean_image_, mean_text_, components_image_, components_text_, rotation_.
+        mean_image_, mean_text_, components_image_, components_text_, rotation_;
+        support_rank_image_, support_rank_text_ (the directions each side spans).
     """
 
     def __init__(self, dim: int | None = None) -> None:
@@ -69,11 +91,24 @@ class Procrustes(AlignmentBase):
     fit_float64 = False  # fitted from float64 moments, block by block
 
     def _fit(self, X: np.ndarray, Y: np.ndarray) -> None:
-        dim = min(X.shape[1], Y.shape[1], X.shape[0] - 1) if self.dim is None else int(self.dim)
         mom = support_moments(X, Y)
+        (wx, Vx), (wy, Vy) = _eigh_desc(mom.Kxx), _eigh_desc(mom.Kyy)
+        rank = {"image": numerical_rank(wx), "text": numerical_rank(wy)}
+        spanned = min(rank.values())
+        high = min(X.shape[1], Y.shape[1], X.shape[0] - 1)
+        dim = min(high, spanned) if self.dim is None else int(self.dim)
+        if dim > spanned or dim < 1:
+            side = min(rank, key=rank.get)
+            raise ValueError(
+                f"dim={dim}: the {side} support set spans {spanned} directions (numerical "
+                f"rank; repeated items count once), and a principal direction beyond them is "
+                f"an arbitrary null-space vector that differs by BLAS kernel; use dim <= "
+                f"{spanned} or dim=None"
+            )
         self.mean_image_, self.mean_text_ = mom.mean_x, mom.mean_y
-        self.components_image_ = _pca_components(mom.Kxx, dim)
-        self.components_text_ = _pca_components(mom.Kyy, dim)
+        self.components_image_ = _pca_components(wx, Vx, dim)
+        self.components_text_ = _pca_components(wy, Vy, dim)
+        self.support_rank_image_, self.support_rank_text_ = rank["image"], rank["text"]
         # (Xc P)'(Yc Q) = P' (Xc'Yc) Q: the orthogonal map from the cross-scatter alone.
         U, _, Vt = np.linalg.svd(self.components_image_.T @ mom.Kxy @ self.components_text_)
         self.rotation_ = U @ Vt
