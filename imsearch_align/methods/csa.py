@@ -48,6 +48,9 @@ from imsearch_align.methods.base import AlignmentBase, Moments, l2_normalize, su
 __all__ = ["AUTO_EPS", "CSA", "DEFAULT_SIM_DIM", "MIN_EPS_RANK_DEFICIENT", "PLAIN_EPS"]
 
 #: Components kept when ``sim_dim`` is not given (capped by the data's rank).
+#: Canonical correlations below this share of the largest are the null space of the
+#: whitened cross-covariance (rounding of zero): directions there are arbitrary.
+SPAN_RTOL = 1e-9
 DEFAULT_SIM_DIM = 256
 
 #: With fewer support pairs than dimensions, the support covariance is
@@ -247,10 +250,33 @@ class CSA(AlignmentBase):
         Ax, Ay = whiten(eps)
         self.eps_ = eps
         U, s, Vt = np.linalg.svd(Ax @ Kxy @ Ay, full_matrices=False)
+        r = self._spanned(s, r)
         U, V = U[:, :r], Vt[:r].T
         U, V = _fix_signs(U, V, U)
         rho = np.clip(s[:r], 0.0, 1.0)
         return Ax @ U, Ay @ V, rho
+
+    def _spanned(self, s: np.ndarray, r: int) -> int:
+        """``r``, at most the canonical directions the support set really spans.
+
+        Past the rank of the whitened cross-covariance (repeated images span
+        fewer directions than there are pairs) the singular vectors are an
+        arbitrary null-space basis that each BLAS kernel chooses differently,
+        and they still count in each row's norm. ``sim_dim=None`` stops at that
+        rank; a larger explicit ``sim_dim`` is refused naming it.
+        """
+        spanned = int(np.count_nonzero(s > SPAN_RTOL * s[0])) if len(s) and s[0] > 0 else 0
+        self.spanned_dim_ = spanned
+        if r <= spanned:
+            return r
+        if self.sim_dim is not None:
+            raise ValueError(
+                f"sim_dim={r}: the support set spans {spanned} canonical directions (repeated "
+                "items count once); a direction past them is an arbitrary null-space vector "
+                f"that differs by BLAS kernel; use sim_dim <= {spanned} or sim_dim=None"
+            )
+        self.sim_dim_ = max(spanned, 1)
+        return self.sim_dim_
 
     def _fit_cca_zoo(
         self, X: np.ndarray, Y: np.ndarray, r: int
