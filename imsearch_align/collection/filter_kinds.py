@@ -13,6 +13,7 @@ the kinds. A numeric range is one more class here, added to
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
@@ -26,8 +27,8 @@ from imsearch_align.collection.prepare import Prepared
 __all__ = ["FILTER_KINDS", "FilterKind", "ShareKept", "WithinLabel", "parse_filter"]
 
 
-class FilterKind:
-    """One kind of filter (see the module docstring)."""
+class FilterKind(ABC):
+    """One kind of filter (see the module docstring); a subclass implements :meth:`measure`."""
 
     #: How the spec names the kind (``label``); a share is written as its number.
     name: ClassVar[str]
@@ -46,10 +47,10 @@ class FilterKind:
         """What a failed cell of this kind records as its ``filter``."""
         return {"kind": self.name}
 
+    @abstractmethod
     def measure(self, plan: Any, runner: Any, store: Any, name: str, prep: Prepared, coll: CollectionBlocks,
                 ctx: DeployContext) -> dict[str, Any]:  # fmt: skip
         """The kind's cell on the built collection ``name``."""
-        raise NotImplementedError
 
 
 @dataclass(frozen=True)
