@@ -44,6 +44,10 @@ built once per filter while the collection is unchanged
 HNSW then returns what its beam finds among them (fewer than ``k`` and lower
 recall at a low selectivity); a sparse collection is searched exactly.
 
+GPU (faiss-gpu, ``gpu="auto"``): the rules a GPU index needs (filtered search
+on a CPU copy, one call at a time, ``k`` and ``nprobe`` limits) are
+:class:`~imsearch_align.adapters.faiss_device.FaissDevice`'s.
+
 Speed note (``benchmarks/perf_stores.py``): the faiss-cpu wheel's bundled
 OpenBLAS falls back to a generic kernel on some CPUs, so ``IndexFlatIP`` can
 be several times slower than :class:`~imsearch_align.adapters.exact.ExactStore`
@@ -62,6 +66,7 @@ from typing import Any
 import numpy as np
 
 from imsearch_align.adapters.base import CollectionInfo, finalize_rows, search_closing_ties
+from imsearch_align.adapters.faiss_device import GPU_MAX_K, FaissDevice
 from imsearch_align.adapters.faiss_index import (
     MIN_POINTS_PER_CENTROID,
     IndexSpec,
@@ -86,9 +91,6 @@ __all__ = ["FaissStore"]
 
 log = logging.getLogger(__name__)
 
-#: faiss GPU k-selection supports k up to this value.
-_GPU_MAX_K = 2048
-
 
 def _import_faiss() -> Any:
     try:
@@ -111,6 +113,8 @@ class _Dense:
     builds: int = 0
     train_s: float = 0.0
     search: dict[str, int] = field(default_factory=dict)
+    #: A CPU copy of a GPU index, for filtered search (dropped when rows are added).
+    cpu_copy: Any = None
 
 
 @STORES.register("faiss")
@@ -203,8 +207,6 @@ class FaissStore(FilterableStore):
         #: Search-time defaults of every collection, read at every search.
         self.efSearch = spec.search.get("efSearch")
         self.nprobe = spec.search.get("nprobe")
-        if gpu not in ("auto", True, False):
-            raise ValueError(f"gpu must be 'auto', True or False, got {gpu!r}")
         self.gpu = gpu
         self.threads = None if threads is None else check_int(threads, "threads", low=1)
         self.max_memory_mb = check_int(max_memory_mb, "max_memory_mb", low=1)
@@ -212,15 +214,9 @@ class FaissStore(FilterableStore):
         self._faiss = _import_faiss()
         if self.threads is not None:
             self._faiss.omp_set_num_threads(self.threads)
-        n_gpus = self._faiss.get_num_gpus() if hasattr(self._faiss, "get_num_gpus") else 0
-        if gpu is True and n_gpus == 0:
-            raise RuntimeError(
-                "gpu=True but faiss reports 0 GPUs (is faiss-gpu installed and a CUDA device "
-                "visible?); expected gpu='auto' or gpu=False on this machine"
-            )
+        self._device = FaissDevice(self._faiss, gpu, self.index, self.nbits)
         #: Whether this store builds faiss GPU indexes.
-        self.uses_gpu = n_gpus > 0 and gpu in ("auto", True)
-        self._gpu_res = None
+        self.uses_gpu = self._device.uses_gpu
         self._build_lock = threading.Lock()
 
     @property
@@ -295,7 +291,7 @@ class FaissStore(FilterableStore):
         if info.sparse or info.state.index is None:
             return None
         idx = info.state.index
-        if self.uses_gpu and self.index != "hnsw":
+        if self._device.on_gpu:
             return spec_nbytes(self._spec, info.dim, int(idx.ntotal))
         return index_nbytes(self._faiss, idx)
 
@@ -323,27 +319,19 @@ class FaissStore(FilterableStore):
         if spec.ivf and n < (want := MIN_POINTS_PER_CENTROID * spec.centroids):
             msg = "FaissStore: training %d centroids of collection %r on %d rows (FAISS asks for"
             log.warning(msg + " at least %d)", spec.centroids, info.name, n, want)
-        idx = self._to_device(new_index(self._faiss, spec, info.dim))
+        idx = self._device.place(new_index(self._faiss, spec, info.dim))
         if spec.ivf:
             sample = training_sample(st.pending, spec.train_rows)
             t = time.perf_counter()
-            idx.train(sample)
+            with self._device.call():
+                idx.train(sample)
             st.train_s += time.perf_counter() - t
             del sample
         while st.pending:
-            idx.add(st.pending.pop(0))  # each block freed once added
+            with self._device.call():
+                idx.add(st.pending.pop(0))  # each block freed once added
         st.index, st.n_pending = idx, 0
         st.builds += 1
-
-    def _to_device(self, idx: Any) -> Any:
-        if not self.uses_gpu:
-            return idx
-        if self.index == "hnsw":
-            log.info("FaissStore: faiss has no GPU HNSW; the hnsw index stays on CPU")
-            return idx
-        if self._gpu_res is None:
-            self._gpu_res = self._faiss.StandardGpuResources()
-        return self._faiss.index_cpu_to_gpu(self._gpu_res, 0, idx)
 
     def _built(self, info: CollectionInfo) -> Any:
         """The collection's index, built now from its pending rows if needed (thread-safe)."""
@@ -369,7 +357,9 @@ class FaissStore(FilterableStore):
             return
         st: _Dense = info.state
         if st.index is not None:
-            st.index.add(vectors)
+            with self._device.call():
+                st.index.add(vectors)
+            st.cpu_copy = None
             return
         if self.index == "ivf_pq":
             pq_subquantizers(self._spec, info.dim)
@@ -401,13 +391,7 @@ class FaissStore(FilterableStore):
         # built once per filter while the collection is unchanged; the cached pair keeps
         # the bitmap the selector reads alive (and this call holds it until it returns)
         sel, _bitmap, n_kept = self._kept_derived(info, filter, "faiss_selector", self._selector)
-        try:
-            return self._dense_search(info, queries, k, n_kept, sel)
-        except RuntimeError as exc:
-            if not self.uses_gpu:
-                raise
-            msg = f"FaissStore(index={self.index!r}) on GPU: faiss refused the filter ({exc})"
-            raise ValueError(msg + "; use gpu=False for filtered search") from None
+        return self._dense_search(info, queries, k, n_kept, sel)
 
     def _selector(self, keep: np.ndarray) -> tuple[Any, np.ndarray, int]:
         """The ``IDSelectorBitmap`` of the kept rows, its bitmap, and how many rows it keeps."""
@@ -420,32 +404,38 @@ class FaissStore(FilterableStore):
         """Top-``k`` of a dense collection among its ``n`` searchable rows (all, or those
         the selector ``sel`` keeps)."""
         kk = min(k, n)
-        if self.uses_gpu and self.index != "hnsw" and kk > _GPU_MAX_K:
-            raise ValueError(
-                f"k must be at most {_GPU_MAX_K} on a faiss GPU index (collection has "
-                f"{info.count} rows), got {k}; use gpu=False or ExactStore"
-            )
+        st, dev = info.state, self._device
         idx = self._built(info)
-        args = self._search_args(info.state, sel=sel)
+        args = self._search_args(st, sel=sel)
+        on_gpu = dev.on_gpu and sel is None  # a GPU index ignores a selector: its CPU copy
+        if on_gpu:
+            dev.check_search(kk, getattr(args.get("params"), "nprobe", None), info.count)
+        else:
+            idx = dev.cpu_index(st, idx)
         if self.index == "flat":
             # exact: the documents tied at the k-th score are chosen by id, not by faiss
-            max_limit = _GPU_MAX_K if self.uses_gpu else None
+            max_limit = GPU_MAX_K if on_gpu else None
 
             def search(rows: np.ndarray, limit: int) -> tuple[np.ndarray, np.ndarray]:
-                scores, pos = idx.search(
-                    queries if rows.size == len(queries) else queries[rows], limit, **args
-                )
+                with dev.call():
+                    scores, pos = idx.search(
+                        queries if rows.size == len(queries) else queries[rows], limit, **args
+                    )
                 return np.where(pos >= 0, info.ids[np.maximum(pos, 0)], -1), scores
 
             ids, scores = search_closing_ties(search, len(queries), n, kk, max_limit=max_limit)
             return finalize_rows(ids, scores, k)
-        scores, pos = idx.search(queries, kk, **args)
+        with dev.call():
+            scores, pos = idx.search(queries, kk, **args)
         short = np.flatnonzero((pos < 0).any(axis=1))
         if short.size and self._spec.ivf and args["params"].nprobe < idx.nlist:
             # A dense collection answers with min(k, count) hits; the probed
-            # lists of these rows held fewer: search those rows in every list.
-            every = self._search_args(info.state, nprobe=idx.nlist, sel=sel)
-            scores[short], pos[short] = idx.search(queries[short], kk, **every)
+            # lists of these rows held fewer: search those rows in every list
+            # (past GPU_MAX_K lists, on the CPU copy of a GPU index).
+            every = self._search_args(st, nprobe=idx.nlist, sel=sel)
+            every_idx = idx if idx.nlist <= GPU_MAX_K else dev.cpu_index(st, idx)
+            with dev.call():
+                scores[short], pos[short] = every_idx.search(queries[short], kk, **every)
         ids = np.where(pos >= 0, info.ids[np.maximum(pos, 0)], -1)
         return finalize_rows(ids, scores, k)
 
