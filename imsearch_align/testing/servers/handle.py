@@ -53,6 +53,8 @@ class ServerHandle:
         start_timeout_s: how long :meth:`start` waits for the server to answer.
         stop_grace_s: how long SIGTERM may take before SIGKILL.
         starts: how many times the process was started.
+        env: the process's environment (None: the test process's); :meth:`start`
+            uses it again.
     """
 
     uri: str
@@ -69,6 +71,7 @@ class ServerHandle:
     stop_grace_s: float = 10.0
     starts: int = 1
     ready_check: Callable[[ServerHandle], bool] | None = field(default=None, repr=False)
+    env: dict[str, str] | None = field(default=None, repr=False)
 
     @property
     def alive(self) -> bool:
@@ -131,7 +134,7 @@ class ServerHandle:
         with open(self.log_path, "ab") as log:
             log.write(f"\n--- start {self.starts + 1} ---\n".encode())
             log.flush()
-            self.process = spawn(self.command, log, group=self.group)
+            self.process = spawn(self.command, log, group=self.group, env=self.env)
         self.starts += 1
         self.wait_ready(timeout_s)
         return time.monotonic() - t0

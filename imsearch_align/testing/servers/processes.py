@@ -74,8 +74,11 @@ def find_bin(name: str) -> str:
     return found
 
 
-def spawn(cmd: list[str], log: IO[bytes], *, group: bool) -> subprocess.Popen:
-    """Start ``cmd`` with stdout and stderr to ``log``; ``group``: in a new process group."""
+def spawn(
+    cmd: list[str], log: IO[bytes], *, group: bool, env: dict[str, str] | None = None
+) -> subprocess.Popen:
+    """Start ``cmd`` with stdout and stderr to ``log``; ``group``: in a new process group;
+    ``env``: its environment (None: this process's)."""
     # A new session for a process group, so SIGTERM reaches the wrapper and
     # the milvus binary it spawns (the wrapper does not forward SIGTERM).
     return subprocess.Popen(
@@ -84,6 +87,7 @@ def spawn(cmd: list[str], log: IO[bytes], *, group: bool) -> subprocess.Popen:
         stderr=subprocess.STDOUT,
         stdin=subprocess.DEVNULL,
         start_new_session=group,
+        env=env,
     )
 
 
