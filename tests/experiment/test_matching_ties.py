@@ -116,12 +116,13 @@ def test_tie_free_data_keeps_the_solvers_value(n):
 
 def test_large_irregular_component_is_estimated_with_an_interval(monkeypatch):
     monkeypatch.setattr(assignment, "EXACT_LIMIT", 4)
+    monkeypatch.setattr(assignment, "SPARSE_STATES", 2)  # too many subsets: sampled
     s = np.zeros((6, 6))
     s[0, 5] = -1.0  # one forbidden pair: not complete, 6 rows > the limit
     r = expected_accuracy(s, replicates=50)
     assert not r.exact and r.estimated_rows == 6 and r.tied_rows == 6
-    lo, hi = r.interval
-    assert lo <= r.accuracy <= hi and 0.0 <= r.accuracy <= 1.0
+    lo, hi = r.interval  # hard bounds: no matching gives fewer or more own columns
+    assert lo <= r.accuracy <= hi and (lo, hi) == (0.0, 1.0)
     d = r.details()
     assert d["accuracy_exact"] is False and d["accuracy_interval"] == [lo, hi]
 
@@ -231,3 +232,59 @@ def test_twin_items_give_one_half_on_both_paths(task_params):
     assert r.metric("matching/accuracy") == 0.5
     d = r.task.details
     assert d["tied_rows"] == 20 and d["tie_components"] == 10 and d["largest_tie_component"] == 2
+
+
+def _random_component(m: int, p: float, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """A 0/1 tight graph holding the identity (a perfect matching) and each row's own column
+    (a shuffled one, some rows without)."""
+    rng = np.random.default_rng(seed)
+    B = (rng.random((m, m)) < p) | np.eye(m, dtype=bool)
+    target = rng.permutation(m)
+    target[rng.random(m) < 0.2] = -1
+    return B, target
+
+
+def _brute_share(B: np.ndarray, target: np.ndarray) -> float:
+    import itertools
+
+    m, hits, total = len(B), 0, 0
+    for perm in itertools.permutations(range(m)):
+        if all(B[r, perm[r]] for r in range(m)):
+            total += 1
+            hits += sum(perm[r] == target[r] for r in range(m))
+    return hits / total
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_reachable_subset_count_equals_every_subset_count_and_brute_force(seed):
+    B, target = _random_component(7, 0.35, seed)
+    want = _brute_share(B, target)
+    assert assignment._exact_probabilities(B, target)[1] == pytest.approx(want, abs=1e-12)
+    assert assignment._reachable_share(B, target, 10**6) == pytest.approx(want, abs=1e-12)
+    lo, hi = assignment._hit_bounds(B, target)
+    assert lo <= want <= hi
+
+
+def test_a_22_row_component_is_counted_exactly_not_sampled(monkeypatch):
+    """The issue's size: over EXACT_LIMIT rows, the seeded-order sampler was not uniform
+    (0.308 against 0.297); the reachable-subset count equals the every-subset count."""
+    B, target = _random_component(22, 0.12, 7)
+    want = assignment._exact_probabilities(B, target)[1]  # 2**22 subsets: the oracle
+    assert assignment._reachable_share(B, target, 10**6) == pytest.approx(want, rel=1e-12)
+    s = np.where(B, 0.0, -1.0)  # tight edges score 0, the rest lose 1: B is the tight graph
+    dense = expected_accuracy(s)  # its tied component (19 rows) counted over every subset
+    monkeypatch.setattr(assignment, "EXACT_LIMIT", 4)
+    r = expected_accuracy(s)  # the same component counted over reachable subsets
+    assert r.exact and r.interval is None and r.largest == dense.largest > 4
+    assert r.accuracy == pytest.approx(dense.accuracy, abs=1e-12)
+
+
+def test_sampled_fallback_reports_hard_bounds_not_a_confidence_interval(monkeypatch):
+    monkeypatch.setattr(assignment, "EXACT_LIMIT", 4)
+    monkeypatch.setattr(assignment, "SPARSE_STATES", 2)
+    B, target = _random_component(9, 0.4, 3)
+    share = _brute_share(B, target)
+    lo, hi = assignment._hit_bounds(B, target)
+    assert lo <= share <= hi and lo < hi
+    got, bound = assignment._component_share(B, target, 40, np.random.default_rng(0))
+    assert bound == (lo, hi) and lo <= got <= hi

@@ -8,9 +8,9 @@ one-to-one assignment that maximises the summed aligned score
 **Matching accuracy** is the fraction of images assigned their own caption,
 **expected over the optimal assignments** where scores tie (within the tie
 tolerance): each maximum-total assignment equally likely
-(:mod:`imsearch_align.diagnostics.assignment`), exact except for irregular
-tied components over its ``EXACT_LIMIT`` rows (then estimated, with an
-interval). Without ties it is the solver's assignment's value. The details
+(:mod:`imsearch_align.diagnostics.assignment`), counted exactly unless
+an irregular tied component fills more than ``SPARSE_STATES`` column sets
+(then estimated, with hard bounds as its interval). Without ties it is the solver's assignment's value. The details
 report ``tied_rows``, ``tie_components``, ``accuracy_exact``,
 ``accuracy_interval`` and ``accuracy_seeded`` (the one assignment the
 solver returned, captions in a seeded random order).
