@@ -13,6 +13,7 @@ from imsearch_align.collection.study_report import (
     quality_vs_size,
 )
 from imsearch_align.experiment.report import text_table
+from imsearch_align.experiment.study_cell import CellError, load_cell
 from imsearch_align.framework.atomic import atomic_write
 from imsearch_align.study.result import StudyResult
 
@@ -25,11 +26,28 @@ def _columns(k: int) -> list[str]:
             "status"]  # fmt: skip
 
 
+def folder_cells(out: Path, ran: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Every sweep cell in ``out``: the ones this run wrote and any another study left
+    there (two studies sharing a folder both show in its table); files that are not
+    cells are passed over (the report names them)."""
+    found: list[dict[str, Any]] = []
+    for path in sorted(Path(out).glob("*.json")):
+        try:
+            cell = load_cell(path)
+        except CellError:
+            continue
+        if cell.kind == "collection_scale":
+            found.append(dict(cell.record))
+    return found or ran
+
+
 def write_outputs(result: StudyResult) -> dict[str, Path]:
-    """The CSV, the leaderboard and the figures of the sweep cells that ran (none: nothing)."""
-    cells, out, ks = result.cells, result.out, result.spec.ks()
-    if not cells:
+    """The CSV, the leaderboard and the figures of the folder's sweep cells, when this run
+    has any (none: nothing)."""
+    out, ks = result.out, result.spec.ks()
+    if not result.cells:
         return {}
+    cells = folder_cells(out, result.cells)
     df = cells_frame(cells, ks)
     paths = {"csv": out / "collection.csv", "leaderboard": out / "leaderboard.md"}
     atomic_write(paths["csv"], df.to_csv(index=False))

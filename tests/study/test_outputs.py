@@ -28,3 +28,23 @@ def test_build_makes_the_cells_leaderboard_the_study_made(tmp_path, capsys):
         assert got[0] == (out / theirs).read_text().splitlines()[0]
         assert sorted(got) == sorted((out / theirs).read_text().splitlines())
     assert f"{len(result.cells)} study cells" in printed.out
+
+
+def test_two_studies_into_one_folder_both_show_in_its_table(tmp_path):
+    """The second study's CSV and leaderboard hold the first's cells too (they used to show
+    only the last finisher's), each cell once; the first study's cells are kept."""
+    import pandas as pd
+
+    (tmp_path / "emb").mkdir()
+    emb = write_cone_pairs(tmp_path / "emb", 60)
+    out = tmp_path / "shared"
+    common = dict(embeddings=str(emb), stores=("exact",), index=("exact:flat",), sizes=(0,),
+                  queries=20, latency_queries=2, out=str(out), truth_cache=str(tmp_path / "t"))  # fmt: skip
+    first = run_study(StudySpec(methods=("procrustes",), **common), progress=False)
+    second = run_study(StudySpec(methods=("csa",), **common), progress=False)
+    assert first.exit_code == second.exit_code == 0
+    df = pd.read_csv(out / "collection.csv")
+    assert sorted(df["method"]) == sorted(["procrustes", "csa"] * (len(df) // 2))
+    assert len(df) == len(first.cells) + len(second.cells)
+    board = (out / "leaderboard.md").read_text()
+    assert "procrustes" in board and "csa" in board
