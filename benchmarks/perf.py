@@ -34,6 +34,7 @@ SECTIONS = [
     "ties",
     "scale",
     "collection",
+    "client",
 ]
 
 

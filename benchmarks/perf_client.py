@@ -1,0 +1,130 @@
+"""Perf section "client": one query's client cost through MilvusStore against a bare pymilvus call.
+
+Issue 37 (item 7): side by side with VectorDBBench on one Milvus 2.3.5
+collection, the concurrency runner reached 0.81-0.87 of its q/s, and
+``MilvusStore.search`` spent about 0.2 ms more client CPU per single query
+than a bare ``MilvusClient.search``. The target: a single query's client
+cost within 5 % of the bare call.
+
+One collection (HNSW, M 16, efConstruction 64; cone-shaped unit rows) on a
+Milvus 2.3.5 standalone on 127.0.0.1 (Milvus Lite's server when 2.3.5 is
+not installed). Per round, the same queries are sent one at a time by both
+clients, alternating which goes first; each client's CPU seconds
+(``time.thread_time``: this thread only, so the server and other threads do
+not count) and wall seconds are summed per round. Every round is kept; the
+table reports the median ratio with its range. The bare call is what a
+bench harness does with the answer: ``MilvusClient.search`` with the
+store's search parameters and consistency level, and the first row's ids and
+distances as numpy arrays.
+
+    python benchmarks/perf_client.py [--quick]
+"""
+
+from __future__ import annotations
+
+import contextlib
+import shutil
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from perf_common import row_maker
+
+SECTION = "client"
+row = row_maker(SECTION)
+
+__all__ = ["SECTION", "client_cost", "run"]
+
+
+def _server() -> contextlib.AbstractContextManager:
+    from imsearch_align.testing.servers import milvus_lite_server, milvus_standalone_server
+
+    beside = Path(sys.executable).parent / "milvus-server"
+    if shutil.which("milvus-server") or beside.exists():
+        return milvus_standalone_server()
+    return milvus_lite_server()
+
+
+def _bare(client: Any, name: str, params: dict, level: str) -> Any:
+    from imsearch_align.adapters.milvus.config import VEC_FIELD
+
+    def search(q: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        res = client.search(name, data=[q.tolist()], limit=10, search_params=params,
+                            anns_field=VEC_FIELD, consistency_level=level)  # fmt: skip
+        hits = res[0]
+        return np.asarray(hits.ids, dtype=np.int64), np.asarray(hits.distances, np.float32)
+
+    return search
+
+
+def client_cost(quick: bool = False) -> tuple[list[dict], dict]:
+    """The per-query client CPU and wall time of both clients, and their ratios."""
+    from pymilvus import MilvusClient
+
+    from imsearch_align.adapters.milvus import MilvusStore
+    from imsearch_align.collection.cone import cone_vectors
+
+    n, d = (5_000, 256) if quick else (50_000, 256)
+    nq, rounds = (100, 3) if quick else (400, 7)
+    x = cone_vectors(n, d, seed=1)
+    queries = cone_vectors(nq, d, seed=2)
+    ids = np.arange(n, dtype=np.int64)
+    with _server() as srv:
+        store = MilvusStore(uri=srv.uri, token="root:Milvus", index="HNSW",
+                            index_params={"M": 16, "efConstruction": 64},
+                            search_params={"ef": 64})  # fmt: skip
+        store.create_collection("perf_client", d)
+        store.insert("perf_client", x, ids)
+        store.make_searchable("perf_client")
+        client = MilvusClient(uri=srv.uri, token="root:Milvus")
+        params = {"metric_type": "IP", "params": {"ef": 64}}
+        bare = _bare(client, "perf_client", params, store.consistency_level)
+
+        def ours(q: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+            r = store.search("perf_client", q[None, :], 10)
+            return r.ids[0], r.scores[0]
+
+        for q in queries[:20]:  # warm both paths
+            assert np.array_equal(bare(q)[0], ours(q)[0])
+        passes: dict[str, list[tuple[float, float]]] = {"bare": [], "store": []}
+        for r in range(rounds):
+            order = (("bare", bare), ("store", ours))
+            for label, fn in order if r % 2 == 0 else order[::-1]:
+                c0, w0 = time.thread_time(), time.perf_counter()
+                for q in queries:
+                    fn(q)
+                passes[label].append((time.thread_time() - c0, time.perf_counter() - w0))
+        server = srv.kind
+        store.drop_collection("perf_client")
+        store.close()
+        client.close()
+    cpu = [s[0] / b[0] for s, b in zip(passes["store"], passes["bare"])]
+    wall = [s[1] / b[1] for s, b in zip(passes["store"], passes["bare"])]
+    per_q = {k: statistics.median(p[0] for p in v) / nq * 1e3 for k, v in passes.items()}
+    cpu_item = (f"client CPU per query: store / bare pymilvus ({server}, HNSW {n:,}x{d}; "
+                f"median of {rounds}, range {min(cpu):.3f}-{max(cpu):.3f})")  # fmt: skip
+    wall_item = f"wall per query: store / bare pymilvus (range {min(wall):.3f}-{max(wall):.3f})"
+    ratio = statistics.median(cpu)
+    rows = [
+        row(cpu_item, ratio, "x", "<= 1.05", ratio <= 1.05),
+        row(wall_item, statistics.median(wall), "x"),
+        row("client CPU per query, bare pymilvus", per_q["bare"], "ms"),
+        row("client CPU per query, MilvusStore", per_q["store"], "ms"),
+    ]
+    details = {"server": server, "n": n, "dim": d, "queries": nq, "rounds": rounds,
+               "passes_cpu_wall_s": passes, "cpu_ratio": cpu, "wall_ratio": wall}  # fmt: skip
+    return rows, details
+
+
+def run(quick: bool = False) -> dict:
+    """See the module docstring."""
+    rows, details = client_cost(quick)
+    return {"rows": rows, "details": details}
+
+
+if __name__ == "__main__":
+    for r in run(quick="--quick" in sys.argv)["rows"]:
+        print(f"{r['item']:<100} {r['value']:>8.3f} {r['unit']}")
