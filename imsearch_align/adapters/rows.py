@@ -37,7 +37,10 @@ def finalize_rows(ids: np.ndarray, scores: np.ndarray, k: int) -> SearchResult:
     Rows wider than ``k`` are cut to ``k``; narrower ones are padded.
     """
     ids = np.asarray(ids, dtype=np.int64)
-    scores = np.asarray(scores, dtype=np.float32).copy()
+    scores = np.asarray(scores, dtype=np.float32)
+    if ids.shape[1] == k and ids.size and ids.min() >= 0 and (scores[:, :-1] > scores[:, 1:]).all():
+        return SearchResult(ids=ids, scores=scores)  # full rows, strictly descending: as is
+    scores = scores.copy()
     scores[ids < 0] = -np.inf
     if ids.shape[1]:
         # lexsort: last key is primary; mergesort keeps equal scores in id order.

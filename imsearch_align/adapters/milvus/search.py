@@ -12,12 +12,13 @@ vanished or are not visible yet.
 from __future__ import annotations
 
 from collections.abc import Callable
+from itertools import pairwise
 from typing import Any
 
 import numpy as np
 
-from imsearch_align.adapters.base import CollectionInfo
-from imsearch_align.adapters.milvus.config import ID_FIELD, MAX_NQ, VEC_FIELD, redact_uri
+from imsearch_align.adapters.base import CollectionInfo, finalize_rows
+from imsearch_align.adapters.milvus.config import MAX_NQ, VEC_FIELD, redact_uri
 from imsearch_align.adapters.milvus.errors import MilvusStoreError
 from imsearch_align.adapters.milvus.rows import (
     byte_batches,
@@ -26,8 +27,41 @@ from imsearch_align.adapters.milvus.rows import (
     sparse_rows,
 )
 from imsearch_align.adapters.milvus.tuning import request_params
+from imsearch_align.framework.interfaces import SearchResult
 
-__all__ = ["QueryBatches", "check_full_rows"]
+__all__ = ["QueryBatches", "check_full_rows", "one_query"]
+
+
+def one_query(
+    call: Callable[..., Any],
+    info: CollectionInfo,
+    q: np.ndarray,
+    k: int,
+    *,
+    search_params: dict[str, Any],
+    consistency_level: str,
+) -> SearchResult:
+    """The finished row of one dense query, unfiltered: one request and nothing around it
+    (a single query's client cost is the bare client call's; ``benchmarks/perf_client.py``)."""
+    res = call(
+        "search",
+        info.name,
+        "search",
+        info.name,
+        data=[q[0]],
+        limit=k,
+        search_params={"metric_type": "IP", "params": request_params(search_params, k)},
+        anns_field=VEC_FIELD,
+        consistency_level=consistency_level,
+    )
+    hits = res[0]
+    got, dist = list(hits.ids), list(hits.distances)
+    ids = np.asarray(got, dtype=np.int64).reshape(1, -1)
+    scores = np.asarray(dist, dtype=np.float32).reshape(1, -1)
+    # k hits in strictly falling order: already the tie rule's rows (checked on the
+    # short lists, cheaper than numpy here); else finalize_rows orders and pads them
+    ordered = len(got) == k and all(a > b for a, b in pairwise(dist))
+    return SearchResult(ids=ids, scores=scores) if ordered else finalize_rows(ids, scores, k)
 
 
 class QueryBatches:
@@ -70,7 +104,6 @@ class QueryBatches:
             self._asked = np.ones(nq, dtype=bool)
         self._params = dict(search_params)
         self._kwargs: dict[str, Any] = {
-            "output_fields": [ID_FIELD],
             "anns_field": VEC_FIELD,
             "filter": filter,
             "consistency_level": consistency_level,

@@ -63,7 +63,7 @@ from imsearch_align.adapters.milvus.rows import (
     sparse_row_bytes,
 )
 from imsearch_align.adapters.milvus.schema import CollectionMeta, create_on_server
-from imsearch_align.adapters.milvus.search import QueryBatches, check_full_rows
+from imsearch_align.adapters.milvus.search import QueryBatches, check_full_rows, one_query
 from imsearch_align.adapters.milvus.search_options import MilvusSearchOptions
 from imsearch_align.adapters.milvus.tuning import (
     build_values,
@@ -518,6 +518,9 @@ class MilvusStore(MilvusSearchOptions):
         """Checked queries in batches under the request limits; finished rows."""
         self._ensure_searchable(info, "search")
         nq = int(q.shape[0])
+        if nq == 1 and not info.sparse and not filter and self.index != "FLAT":
+            return one_query(self._call, info, q, k, search_params=self._search_values(info),
+                             consistency_level=self.consistency_level)  # fmt: skip
         fetch = QueryBatches(
             self._call,
             info,
