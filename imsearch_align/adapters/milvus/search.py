@@ -48,7 +48,7 @@ def one_query(
         info.name,
         "search",
         info.name,
-        data=[q[0]],
+        data=[q[0].tolist()],  # pymilvus packs a list faster than a numpy row
         limit=k,
         search_params={"metric_type": "IP", "params": request_params(search_params, k)},
         anns_field=VEC_FIELD,
