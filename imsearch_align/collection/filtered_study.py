@@ -57,7 +57,12 @@ from imsearch_align.collection.label_filter import query_labels
 from imsearch_align.collection.measure import search_batched, search_latency
 from imsearch_align.collection.prepare import Prepared
 from imsearch_align.collection.recall import ann_recall_at_k, compare_measures
-from imsearch_align.collection.under_filter import SHARED_FIELDS, UnderFilter, plain_id
+from imsearch_align.collection.under_filter import (
+    SHARED_FIELDS,
+    FilterCheck,
+    UnderFilter,
+    plain_id,
+)
 from imsearch_align.experiment.study_cell import status_record
 from imsearch_align.framework.interfaces import FilteredSearch, StoreUnavailableError
 from imsearch_align.framework.metrics import Run
@@ -238,13 +243,14 @@ class FilterPlan:
         attr = self.attribute(prep, coll)
         f = selectivity_filter(sel, self.n_categories)
         truth = self.truth(prep, coll, sel, k, coll.block_rows)
-        under = UnderFilter(store, f)
+        table = self.table(prep, coll)  # the filter reads the one attribute table
+        check = FilterCheck()
+        under = UnderFilter(store, f, table.kept_ids(f), check)
         ids, scores, qps = search_batched(under, name, prep.queries, k, runner.batch)
         latency = search_latency(under, name, prep.queries, k, runner.latency_queries, runner.seed)
         run = Run.from_arrays(prep.query_ids, ids, scores)
         means = compare_measures(run, truth, prep.qrels, base.measures)["means"]
         recall = ann_recall_at_k(ids, truth, k)
-        table = self.table(prep, coll)  # the filter reads the one attribute table
         lost = queries_without_relevant(prep.qrels, table.kept_ids(f))
         d = base.direction
         metrics = {f"{d}/{m}": float(v["approximate"]) for m, v in means.items()}
@@ -265,6 +271,8 @@ class FilterPlan:
                     "count": len(lost),
                     "first": [plain_id(q) for q in lost[:NAMED]],
                 },
+                "returned_ids": check.returned,
+                "outside_filter": check.outside,
             },
             metrics=metrics,
             exact_metrics={f"{d}/{m}": float(v["exact"]) for m, v in means.items()},
@@ -274,7 +282,7 @@ class FilterPlan:
             latency_ms=latency,
             truth=truth.record(),
             config=ctx.ident["config"],
-            status=status_record(),
+            status=check.status(),
         )
         short = f" {len(lost)} queries without a kept relevant item" if len(lost) else ""
         rec = f"recall {recall.mean:.3f}"

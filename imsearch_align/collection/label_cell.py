@@ -35,8 +35,7 @@ from imsearch_align.collection.label_filter import UNKNOWN, LabelAttribute, quer
 from imsearch_align.collection.measure import search_batched, search_latency
 from imsearch_align.collection.prepare import Prepared
 from imsearch_align.collection.recall import ann_recall_at_k, compare_measures
-from imsearch_align.collection.under_filter import SHARED_FIELDS, UnderFilter
-from imsearch_align.experiment.study_cell import status_record
+from imsearch_align.collection.under_filter import SHARED_FIELDS, FilterCheck, UnderFilter
 from imsearch_align.framework.metrics import Qrels, Run
 
 __all__ = ["EXPRESSION", "label_cell"]
@@ -57,13 +56,18 @@ class _PerQuery:
     row: :func:`~imsearch_align.collection.measure.search_latency` given ``arange(nq)``
     times single filtered queries of the sample the category cells time."""
 
-    def __init__(self, store: Any, queries: np.ndarray, filters: list[Any]) -> None:
+    def __init__(
+        self, store: Any, queries: np.ndarray, filters: list[Any], attr: Any, check: FilterCheck
+    ) -> None:
         self.store, self.queries, self.filters = store, queries, filters
+        self.attr, self.check = attr, check
 
     def search(self, name: str, rows: np.ndarray, k: int) -> Any:
-        """The filtered search of query ``rows[0]`` under its label's filter."""
+        """The filtered search of query ``rows[0]`` under its label's filter (its ids checked)."""
         r = int(rows[0])
-        return self.store.search_filtered(name, self.queries[r : r + 1], k, self.filters[r])
+        res = self.store.search_filtered(name, self.queries[r : r + 1], k, self.filters[r])
+        self.check.count(res.ids, self.attr.kept_ids(self.filters[r]))
+        return res
 
 
 def _label_row(attr: LabelAttribute, label: int, f: Any, n: int, recall: float) -> dict:
@@ -98,6 +102,7 @@ class _Totals:
     truth_s: float = 0.0
     kept: float = 0.0
     per_label: list[dict[str, Any]] = field(default_factory=list)
+    check: FilterCheck = field(default_factory=FilterCheck)
 
 
 def _groups(
@@ -120,7 +125,8 @@ def _groups(
         f = attr.label_filter(int(label))
         truth = plan.label_truth(prep, coll, int(label), k, coll.block_rows)
         q, qids = prep.queries[rows], prep.query_ids[rows]
-        ids, scores, qps = search_batched(UnderFilter(store, f), name, q, k, runner.batch)
+        under = UnderFilter(store, f, attr.kept_ids(f), acc.check)
+        ids, scores, qps = search_batched(under, name, q, k, runner.batch)
         qrels = _restrict(prep.qrels, qids)
         means = compare_measures(Run.from_arrays(qids, ids, scores), truth, qrels, base.measures)
         recall = ann_recall_at_k(ids, truth, k)
@@ -156,7 +162,7 @@ def label_cell(
     nq, w = len(prep.query_ids), max(acc.weight, 1)
     filters = [attr.label_filter(int(x)) for x in acc.qlab]
     latency = search_latency(
-        _PerQuery(store, prep.queries, filters), name, np.arange(nq), k,
+        _PerQuery(store, prep.queries, filters, attr, acc.check), name, np.arange(nq), k,
         runner.latency_queries, runner.seed,
     )  # fmt: skip
     recall = acc.recall / nq if nq else 1.0
@@ -179,6 +185,8 @@ def label_cell(
             "per_label": acc.per_label,
             "queries_mixed_labels": acc.mixed,
             "queries_without_relevant": {"count": acc.without},
+            "returned_ids": acc.check.returned,
+            "outside_filter": acc.check.outside,
         },
         metrics=metrics,
         exact_metrics={f"{d}/{m}": v / w for m, v in acc.exact.items()},
@@ -194,7 +202,7 @@ def label_cell(
             "seconds": round(acc.truth_s, 3),
         },
         config=ctx.ident["config"],
-        status=status_record(),
+        status=acc.check.status(),
     )
     runner.say(f"    filter label (each query's own, {len(acc.per_label)} labels, kept "
                 f"{kept:.4f} on average): recall {recall:.3f} {qps:,.0f} q/s")  # fmt: skip

@@ -42,7 +42,10 @@ Per kind, required unless the cell failed:
 * ``concurrency``: ``concurrency`` (concurrent clients, >= 1), ``queries_per_s``.
 * ``filtered``: ``filter.selectivity`` (the share of the collection the
   filter keeps, in (0, 1]), ``metrics`` (ANN recall against the exact
-  filtered truth as ``ann_recall@k``); ``filter.expression`` optional.
+  filtered truth as ``ann_recall@k``); ``filter.expression`` optional;
+  ``filter.returned_ids`` and ``filter.outside_filter``, optional: every id the
+  store returned was checked against the ids the filter keeps, and a cell with
+  any outside it is ``degraded``.
 """
 
 from __future__ import annotations

@@ -208,6 +208,7 @@ def test_study_filters_write_cells_the_report_reads(study, emb, tmp_path, capsys
         assert 0 <= cell.metrics["t2i/ann_recall@10"] <= 1 and cell.queries_per_s > 0
         lost = c["filter"]["queries_without_relevant"]
         assert lost["count"] >= len(lost["first"])
+        assert c["filter"]["returned_ids"] > 0 and c["filter"]["outside_filter"] == 0
         if cell.index_type == "flat":
             assert cell.metrics["t2i/ann_recall@10"] == 1.0
             assert c["metrics"]["t2i/HitRate@10"] == pytest.approx(
@@ -222,6 +223,27 @@ def test_study_filters_write_cells_the_report_reads(study, emb, tmp_path, capsys
     # rerun with --skip-existing: every cell (filtered too) reused, nothing built
     assert study.main([*argv, "--skip-existing"]) == 0
     assert "reused" in capsys.readouterr().err
+
+
+def test_a_store_that_ignores_the_filter_is_caught(study, emb, tmp_path, monkeypatch, capsys):
+    """Never trust the store: a filtered search that returns ids the filter does not keep
+    makes its cell degraded, with the ids counted, and the study does not exit 0."""
+    pytest.importorskip("faiss")
+    from imsearch_align.adapters.faiss_store import FaissStore
+
+    monkeypatch.setattr(
+        FaissStore, "search_filtered", lambda self, n, q, k, f: self.search(n, q, k)
+    )
+    out = tmp_path / "out"
+    argv = _argv(emb, out, tmp_path, "--stores", "faiss", "--index", "faiss:flat",
+                 "--filters", "0.1")  # fmt: skip
+    assert study.main(argv) != 0
+    (cell,) = [json.loads(p.read_text()) for p in out.glob("filtered-*.json")]
+    got = cell["filter"]
+    assert 0 < got["outside_filter"] <= got["returned_ids"]
+    assert cell["status"]["state"] == "degraded"
+    assert "returned ids are outside the filter" in cell["status"]["reasons"][0]
+    capsys.readouterr()
 
 
 def test_study_bad_filter_is_one_line_before_any_work(study, emb, tmp_path, capsys):
