@@ -12,7 +12,6 @@ vanished or are not visible yet.
 from __future__ import annotations
 
 from collections.abc import Callable
-from itertools import pairwise
 from typing import Any
 
 import numpy as np
@@ -55,13 +54,8 @@ def one_query(
         consistency_level=consistency_level,
     )
     hits = res[0]
-    got, dist = list(hits.ids), list(hits.distances)
-    ids = np.asarray(got, dtype=np.int64).reshape(1, -1)
-    scores = np.asarray(dist, dtype=np.float32).reshape(1, -1)
-    # k hits in strictly falling order: already the tie rule's rows (checked on the
-    # short lists, cheaper than numpy here); else finalize_rows orders and pads them
-    ordered = len(got) == k and all(a > b for a, b in pairwise(dist))
-    return SearchResult(ids=ids, scores=scores) if ordered else finalize_rows(ids, scores, k)
+    ids = np.asarray(hits.ids, dtype=np.int64).reshape(1, -1)
+    return finalize_rows(ids, np.asarray(hits.distances, dtype=np.float32).reshape(1, -1), k)
 
 
 class QueryBatches:
