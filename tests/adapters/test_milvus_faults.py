@@ -187,6 +187,83 @@ def test_kill9_then_restart_keeps_acknowledged_data(own_lite_server: ServerHandl
         store.close()
 
 
+def _lost_answer() -> Exception:
+    """What pymilvus raises when the server went away before it answered."""
+    from pymilvus.exceptions import MilvusException
+
+    return MilvusException(
+        code=2, message="Fail connecting to server on 127.0.0.1: server unavailable"
+    )
+
+
+@pytest.mark.parametrize("cut", ["after_create", "before_index"])
+def test_a_create_cut_short_by_a_restart_is_finished_not_refused(
+    milvus_lite_server: ServerHandle, monkeypatch: pytest.MonkeyPatch, cut: str
+) -> None:
+    """The server stores the collection, then the connection breaks before it answers (a
+    restart): the retry finds the name taken by its own lost attempt. Before the fix that
+    was CollectionExistsError, a failed cell; now the store finishes the index and the load
+    and the collection answers exactly (issue 36)."""
+    name = unique_collection_name("cut_create")
+    store = MilvusStore(uri=milvus_lite_server.uri, index="HNSW", retry_budget_s=20)
+    X, ids, Q = _data(3)
+    client = store._conn.connect()
+    real = client.create_collection
+    calls = []
+
+    def once(collection_name: str, **kw: Any) -> None:
+        calls.append(collection_name)
+        if len(calls) > 1:
+            return real(collection_name, **kw)
+        if cut == "after_create":
+            real(collection_name, **kw)  # collection, index and load done; the answer lost
+        else:  # only the collection: the index and the load never ran
+            client._get_connection().create_collection(
+                collection_name, kw["schema"], consistency_level=kw["consistency_level"],
+                properties=kw["properties"],
+            )  # fmt: skip
+        raise _lost_answer()
+
+    monkeypatch.setattr(client, "create_collection", once)
+    try:
+        store.create_collection(name, DIM)
+        assert calls == [name]  # the retry saw the name and did not create again
+        assert client.list_indexes(name), "the retry must build the missing index"
+        store.insert(name, X, ids)
+        assert store.count(name) == N
+        res = store.search(name, Q, K)
+        assert res.ids.shape == (NQ, K) and (res.ids >= 0).all()
+        store.drop_collection(name)  # still this store's own collection
+    finally:
+        store.close()
+
+
+def test_a_lost_create_over_another_runs_collection_is_still_refused(
+    milvus_lite_server: ServerHandle, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The healing reads the owner marker: when another run created the name while this
+    store's create was lost, the name is never taken over."""
+    name = unique_collection_name("cut_other")
+    other = MilvusStore(uri=milvus_lite_server.uri)
+    store = MilvusStore(uri=milvus_lite_server.uri, retry_budget_s=20)
+    client = store._conn.connect()
+
+    def lost(collection_name: str, **kw: Any) -> None:
+        other.create_collection(collection_name, DIM)  # the other run wins the name
+        raise _lost_answer()
+
+    monkeypatch.setattr(client, "create_collection", lost)
+    try:
+        with pytest.raises(CollectionExistsError, match="by another run"):
+            store.create_collection(name, DIM)
+        other.insert(name, *_data(4)[:2])  # still the other run's, and it works
+        assert other.count(name) == N
+    finally:
+        other.drop_collection(name)
+        other.close()
+        store.close()
+
+
 @pytest.mark.slow
 @pytest.mark.skipif(
     not os.environ.get("IMSEARCH_ALIGN_TEST_235_RESTART"),

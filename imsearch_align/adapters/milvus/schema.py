@@ -115,6 +115,7 @@ def build_index_params(
 
 def create_on_server(
     call: Callable[..., Any],
+    run: Callable[..., Any],
     info: CollectionInfo,
     *,
     index: str,
@@ -123,11 +124,19 @@ def create_on_server(
     owner: str,
     uri: str,
     lite: bool,
+    timeout: float | None = None,
 ) -> None:
     """Create ``info``'s collection on the server, with its index and the owner marker.
 
+    A create is three requests (collection, index, load). When the server
+    goes away in the middle (a restart), the retry finds the name taken by
+    the lost attempt: the marker read back says whether it is this store's,
+    and then the index and the load are finished instead of failing on
+    "already exists".
+
     Args:
         call: the store's ``_call`` (a client method through the retries).
+        run: the store's ``_run`` (``fn(client, retried)`` through the retries).
         info: the collection; ``info.state.pending`` is cleared once made.
         index: the dense index type.
         index_params: its build parameters (defaults filled).
@@ -135,6 +144,7 @@ def create_on_server(
         owner: the token written as :data:`OWNER_PROPERTY`.
         uri: the store's uri (for the error message).
         lite: the deployment is Milvus Lite (its encoding of build parameters).
+        timeout: the store's per-request timeout (None: pymilvus's).
 
     Raises:
         CollectionExistsError: another store created the name at the same moment.
@@ -143,16 +153,23 @@ def create_on_server(
     properties = {OWNER_PROPERTY: owner}
     if info.attribute_names:
         properties[ATTRIBUTES_PROPERTY] = ",".join(info.attribute_names)
-    call(
-        "create_collection",
-        info.name,
-        "create_collection",
-        info.name,
-        schema=build_schema(pymilvus, info),
-        index_params=build_index_params(pymilvus, info, index, index_params, lite=lite),
-        consistency_level=consistency_level,
-        properties=properties,
-    )
+    vector_index = build_index_params(pymilvus, info, index, index_params, lite=lite)
+    extra = {} if timeout is None else {"timeout": timeout}
+
+    def create(client: Any, retried: bool) -> bool:
+        if retried and client.has_collection(info.name, **extra):
+            return False  # the lost attempt reached the server (the marker says whose)
+        client.create_collection(
+            info.name,
+            schema=build_schema(pymilvus, info),
+            index_params=vector_index,
+            consistency_level=consistency_level,
+            properties=properties,
+            **extra,
+        )
+        return True
+
+    whole = run("create_collection", info.name, create)
     # Two stores may race for a free name; some servers answer the second
     # create with success. The marker read back says who won.
     desc = call("describe_collection", info.name, "describe_collection", info.name)
@@ -162,6 +179,10 @@ def create_on_server(
             f"name: collection {info.name!r} at {redact_uri(uri)} was created at the "
             f"same moment by another run (owner {winner!r}); pick another name"
         )
+    if not whole:  # this store's create was cut short: finish its index and load
+        if not call("list_indexes", info.name, "list_indexes", info.name):
+            call("create_index", info.name, "create_index", info.name, vector_index)
+        call("load_collection", info.name, "load_collection", info.name)
     info.state.pending = False
     info.state.builds = 1
     info.state.index_params = {} if info.sparse else dict(index_params)

@@ -324,6 +324,7 @@ class MilvusStore(MilvusSearchOptions):
             params["m"] = pq_subquantizers(params.get("m"), info.dim, info.name)
         create_on_server(
             self._call,
+            self._run,
             info,
             index=self.index,
             index_params=params,
@@ -331,6 +332,7 @@ class MilvusStore(MilvusSearchOptions):
             owner=self.owner,
             uri=self.uri,
             lite=bool(params) and (self.is_lite or self.lite_server),
+            timeout=self.timeout,
         )
 
     def insert(
