@@ -110,13 +110,14 @@ class ConcurrencyPlan:
     def measure(
         self, runner: Any, store: Any, name: str, prep: Prepared, ctx: DeployContext
     ) -> list[dict[str, Any]]:
-        """Every level on the built collection ``name``: the cells, written, returned."""
-        from imsearch_align.concurrency import (
-            StoreSpec,
-            concurrency_cells,
-            quality,
-            run_concurrent,
-        )
+        """Every level on the built collection ``name``: the cells, written, returned.
+
+        Each level runs on its own: a level whose clients crash, hang or are refused is a
+        failed cell of that level, and the levels measured before and after it are kept
+        (the saturation point is read from the levels that answered)."""
+        from dataclasses import replace
+
+        from imsearch_align.concurrency import StoreSpec, run_concurrent, saturation
 
         s, base, cell = ctx.setting, ctx.base, ctx.cell
         search = dict((cell.get("index") or {}).get("search_params") or ctx.search)
@@ -126,11 +127,43 @@ class ConcurrencyPlan:
             params = {"uri": runner.uri, "index": s.index_type, "index_params": dict(ctx.build)}
             source = StoreSpec(s.store, {**params, "search_params": search})
             mode = "processes"
-        res = run_concurrent(
-            source, name, prep.queries, prep.query_ids, max(base.ks),
-            levels=self.levels, duration_s=self.duration_s, warmup_s=self.warmup_s,
-            mode=mode, seed=runner.seed,
-        )  # fmt: skip
+        measured, cells = [], []
+        for level in self.levels:
+            try:
+                measured.append(run_concurrent(
+                    source, name, prep.queries, prep.query_ids, max(base.ks), levels=(level,),
+                    duration_s=self.duration_s, warmup_s=self.warmup_s, mode=mode,
+                    seed=runner.seed,
+                ))  # fmt: skip
+            except StoreUnavailableError:
+                raise
+            except Exception as exc:
+                runner.say(f"    {level:>2} clients ({mode}): failed: {type(exc).__name__}: {exc}")
+                cells.append(self.failed(ctx, exc, levels=(level,))[0])
+        if measured:
+            levels = tuple(lv for r in measured for lv in r.levels)
+            curve = [(lv.concurrency, lv.queries_per_s) for lv in levels if lv.answered]
+            res = replace(measured[0], levels=levels,
+                          saturation=saturation(curve) if len(curve) > 1 else None)  # fmt: skip
+            cells += self._cells(res, store, prep, ctx, search)
+            runner.say(f"    saturation at {res.saturation} clients")
+        cells.sort(key=lambda c: c["concurrency"])
+        for c in cells:
+            runner.write(self.path(ctx.path, c["concurrency"]), c)
+            if (c.get("status") or {}).get("state") != "failed":
+                runner.say(
+                    f"    {c['concurrency']:>2} clients ({mode}): {c['queries_per_s']:,.0f} q/s, "
+                    f"p99 {(c.get('latency_ms') or {}).get('p99', float('nan')):.2f} ms"
+                )
+        return cells
+
+    def _cells(
+        self, res: Any, store: Any, prep: Prepared, ctx: DeployContext, search: dict[str, Any]
+    ) -> list[dict[str, Any]]:
+        """The cells of the levels that ran, scored on their answers."""
+        from imsearch_align.concurrency import concurrency_cells, quality
+
+        s, base, cell = ctx.setting, ctx.base, ctx.cell
         q = {lv.concurrency: quality(lv.answers, prep.qrels, base.measures) for lv in res.levels}
         cells = concurrency_cells(
             res, store=s.store, method=base.method, dataset=base.dataset,
@@ -140,16 +173,13 @@ class ConcurrencyPlan:
         )  # fmt: skip
         for c in cells:
             c["config"] = ctx.ident["config"]
-            runner.write(self.path(ctx.path, c["concurrency"]), c)
-            runner.say(
-                f"    {c['concurrency']:>2} clients ({mode}): {c['queries_per_s']:,.0f} q/s, "
-                f"p99 {(c.get('latency_ms') or {}).get('p99', float('nan')):.2f} ms"
-            )
-        runner.say(f"    saturation at {res.saturation} clients")
         return cells
 
-    def failed(self, ctx: DeployContext, exc: BaseException) -> list[dict[str, Any]]:
-        """One failed cell per level (the error in its status)."""
+    def failed(
+        self, ctx: DeployContext, exc: BaseException, levels: tuple[int, ...] | None = None
+    ) -> list[dict[str, Any]]:
+        """One failed cell per level of ``levels`` (default: the plan's), the error in its
+        status."""
         s, base = ctx.setting, ctx.base
         return [
             {
@@ -164,7 +194,7 @@ class ConcurrencyPlan:
                 "status": status_record("failed", error=exc),
                 "command": list(base.command),
             }
-            for lv in self.levels
+            for lv in (self.levels if levels is None else levels)
         ]
 
 

@@ -93,8 +93,9 @@ def summary(result: StudyResult) -> str:
                      "run: start it and run the same study with --skip-existing")  # fmt: skip
     for c in result.failed:
         idx = c.get("index") or {}
+        clients = f" at {c['concurrency']} clients" if c.get("concurrency") else ""
         lines.append(f"failed:      {c.get('kind')} {c.get('method')} {c.get('store')} "
-                     f"{idx.get('type', '')} {idx.get('search_params') or ''}: "
+                     f"{idx.get('type', '')} {idx.get('search_params') or ''}{clients}: "
                      f"{(c.get('status') or {}).get('error')}")  # fmt: skip
     if result.interrupted:
         lines.append(f"interrupted after {len(result.all_cells)} cells; run again with "
