@@ -119,9 +119,13 @@ def test_restart_between_searches_gives_the_same_answers(own_lite_server: Server
     try:
         before = store.search("restart_mid", Q, K)
         _assert_true_topk(before, X, ids, Q, K)
+        outages = store.outages
         own_lite_server.restart()  # SIGTERM, same data dir and port
         after = store.search("restart_mid", Q, K)  # the server says 'released': reloaded
         _assert_same(after, before, _tol(X, Q))
+        # the restart counts as an outage even when gRPC reconnected before any request
+        # failed: a timing around this search must know it went through one
+        assert store.outages == outages + 1
         assert store.count("restart_mid") == N
     finally:
         store.close()

@@ -178,9 +178,17 @@ class MilvusConnection:
             return result
 
     def _load(self, name: str) -> None:
-        """Load a collection the server reports as released (after a server restart)."""
+        """Load a collection the server reports as released (after a server restart).
+
+        The restart is an outage even when the connection healed before any request
+        failed on it (gRPC reconnects on its own): it is counted, and its reload time
+        added, so a timed search that went through it is known."""
         t0 = time.monotonic()
+        with self._lock:
+            self.outages += 1
         self.call("load_collection", name, "load_collection", name)
+        with self._lock:
+            self.outage_s += time.monotonic() - t0
         log.info(
             "Milvus at %s had released collection %r (restarted?); loaded it again in %.2f s",
             redact_uri(self.uri),
