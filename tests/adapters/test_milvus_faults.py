@@ -200,16 +200,24 @@ def _lost_answer() -> Exception:
     )
 
 
-@pytest.mark.parametrize("cut", ["after_create", "before_index"])
+@pytest.mark.parametrize(
+    ("server", "cut"),
+    [
+        ("milvus_lite_server", "after_create"),
+        ("milvus_lite_server", "before_index"),
+        pytest.param("milvus_standalone", "before_index", marks=pytest.mark.slow),
+    ],
+)
 def test_a_create_cut_short_by_a_restart_is_finished_not_refused(
-    milvus_lite_server: ServerHandle, monkeypatch: pytest.MonkeyPatch, cut: str
+    request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch, server: str, cut: str
 ) -> None:
     """The server stores the collection, then the connection breaks before it answers (a
     restart): the retry finds the name taken by its own lost attempt. Before the fix that
     was CollectionExistsError, a failed cell; now the store finishes the index and the load
     and the collection answers exactly (issue 36)."""
+    srv: ServerHandle = request.getfixturevalue(server)
     name = unique_collection_name("cut_create")
-    store = MilvusStore(uri=milvus_lite_server.uri, index="HNSW", retry_budget_s=20)
+    store = MilvusStore(uri=srv.uri, index="HNSW", retry_budget_s=20)
     X, ids, Q = _data(3)
     client = store._conn.connect()
     real = client.create_collection
