@@ -36,6 +36,11 @@ Every kind:
   ``command``: the command line that made the cell (a string or a list of
   words).
 
+No cell holds an absolute path of the machine that wrote it (:func:`portable_paths`):
+one inside the study folder is written relative to it (``.``, ``.stores/x``), any
+other as ``<outside>/`` and its last component; one it cannot rewrite (a key) is
+refused (:class:`CellPathError`).
+
 Per kind, required unless the cell failed:
 
 * ``collection_scale``: ``collection.size``, ``queries_per_s``, ``metrics``.
@@ -52,10 +57,12 @@ from __future__ import annotations
 
 import json
 import math
+import os
+import re
 import shlex
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
+from pathlib import Path, PurePosixPath, PureWindowsPath
 from types import MappingProxyType
 from typing import Any
 
@@ -69,10 +76,14 @@ __all__ = [
     "CELL_FORMAT",
     "CELL_KINDS",
     "EXACT_INDEX_TYPES",
+    "OUTSIDE",
     "CellError",
+    "CellPathError",
     "StudyCell",
+    "absolute_paths",
     "is_cell",
     "load_cell",
+    "portable_paths",
     "read_cell",
     "status_record",
     "write_cell",
@@ -88,6 +99,10 @@ EXACT_INDEX_TYPES = frozenset({"flat", "exact", "brute_force", "bruteforce"})
 
 class CellError(ValueError):
     """A JSON object that says it is a study cell but lacks a field or has a wrong one."""
+
+
+class CellPathError(CellError):
+    """A record that would write an absolute path of this machine (the field is named)."""
 
 
 @dataclass(frozen=True)
@@ -284,10 +299,15 @@ def status_record(state: str = "ok", *, error: BaseException | str | None = None
 
 def write_cell(path: str | Path, record: Mapping[str, Any]) -> StudyCell:
     """Write ``record`` as the cell at ``path`` (atomically; ``format`` stamped; numpy
-    scalars as numbers; NaN as null) and return it read back: a record the reader
-    refuses is not written (:class:`CellError`)."""
-    data = _plain({**record, "format": CELL_FORMAT})
+    scalars as numbers; NaN as null; absolute paths as :func:`portable_paths` writes
+    them for the study folder, ``path``'s) and return it read back: a record the
+    reader refuses is not written (:class:`CellError`), nor one still holding an
+    absolute path (:class:`CellPathError`, naming the field)."""
+    data = portable_paths(_plain({**record, "format": CELL_FORMAT}), Path(path).parent)
     cell = read_cell(data, str(path))
+    if bad := absolute_paths(data):
+        raise CellPathError(f"{str(path)!r}: field {bad[0]!r} holds an absolute path of this "
+                            "machine; a cell records paths relative to its study folder")  # fmt: skip
     atomic_write(Path(path), json.dumps(data, indent=2) + "\n")
     return cell
 
@@ -305,3 +325,70 @@ def _plain(value: Any) -> Any:
     if isinstance(value, str | int | float | bool) or value is None:
         return value
     return str(value)
+
+
+#: What an absolute path outside the study folder is written as, before its last component.
+OUTSIDE = "<outside>"
+_WINDOWS = re.compile(r"^(?:[A-Za-z]:[\\/]|\\\\)")
+_FLAG = re.compile(r"^(--?[A-Za-z0-9][\w.-]*=)(.+)$", re.S)
+#: An absolute path inside text: at the start or after a space, quote, ``=``, bracket...
+_IN_TEXT = re.compile(
+    r"(?:^|(?<=[\s'\"=(\[{,;]))(?:[A-Za-z]:[\\/]|~[\\/]|/(?=[^\s/]))[^\s'\"<>|,;)\]}]*"
+)
+
+
+def _is_absolute(s: str) -> bool:  # POSIX, home, Windows drive or share; not a URL
+    return bool(_WINDOWS.match(s)) or s == "~" or s.startswith(("/", "~/", "~\\"))
+
+
+def _inside(p: str, folder: Path) -> str | None:
+    """``p`` relative to ``folder`` (POSIX, ``.`` for the folder), or None outside it."""
+    for a, b in ((os.path.abspath, os.path.abspath), (os.path.realpath, os.path.realpath)):
+        try:
+            rel = Path(a(p)).relative_to(b(folder))
+        except (ValueError, OSError):
+            continue
+        return rel.as_posix() if rel.parts else "."
+    return None
+
+
+def _portable_path(p: str, folder: Path | None) -> str:
+    windows = bool(_WINDOWS.match(p))
+    if folder is not None and (os.name == "nt" or not windows):
+        rel = _inside(os.path.expanduser(p), folder)
+        if rel is not None:
+            return rel
+    name = (PureWindowsPath(p) if windows else PurePosixPath(p.replace("\\", "/"))).name
+    return f"{OUTSIDE}/{name}" if name else OUTSIDE
+
+
+def portable_paths(value: Any, folder: str | Path | None) -> Any:
+    """``value`` (JSON-ready) with every string that is or holds an absolute path rewritten:
+    inside ``folder`` relative to it, else ``<outside>/LAST-COMPONENT`` (keys are kept)."""
+    root = None if folder is None else Path(folder)
+    if isinstance(value, Mapping):
+        return {k: portable_paths(v, root) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [portable_paths(v, root) for v in value]
+    if not isinstance(value, str):
+        return value
+    if _is_absolute(value):
+        return _portable_path(value, root)
+    if (flag := _FLAG.match(value)) and _is_absolute(flag[2]):  # --out=/abs/path
+        return flag[1] + _portable_path(flag[2], root)
+    return _IN_TEXT.sub(lambda m: _portable_path(m[0], root), value)
+
+
+def absolute_paths(value: Any, at: str = "") -> list[str]:
+    """The fields (``a.b[2]``) of ``value`` whose key or string holds an absolute path."""
+    if isinstance(value, str):
+        return [at or "(the value)"] if _is_absolute(value) or _IN_TEXT.search(value) else []
+    out: list[str] = []
+    if isinstance(value, Mapping):
+        for k, v in value.items():
+            name = f"{at}.{k}" if at else str(k)
+            out += [name] if absolute_paths(str(k)) else absolute_paths(v, name)
+    elif isinstance(value, list | tuple):
+        for i, v in enumerate(value):
+            out += absolute_paths(v, f"{at}[{i}]")
+    return out

@@ -38,6 +38,7 @@ from imsearch_align.framework.atomic import atomic_write
 from imsearch_align.framework.errors import ConfigError
 from imsearch_align.framework.interfaces import StoreUnavailableError
 from imsearch_align.study.data import base_config, dataset_spec, method_params
+from imsearch_align.study.manifest import StudyManifest
 from imsearch_align.study.output import write_outputs
 from imsearch_align.study.result import StudyResult
 from imsearch_align.study.spec import StudySpec, StudySpecError
@@ -71,9 +72,14 @@ def run_study(spec: StudySpec, *, progress: bool = True, log: TextIO | None = No
     source holds, a collection larger than a store mode serves) and
     :class:`StudyDataError` when the data cannot be loaded; both before any
     cell runs. Ctrl-C ends the study with the finished cells' outputs
-    written and ``interrupted`` set on the result.
+    written and ``interrupted`` set on the result. The run's manifest
+    (:mod:`~imsearch_align.study.manifest`) is written when the first cell is
+    about to run and again at the end, however it ends; one that cannot be
+    written raises :class:`~imsearch_align.study.manifest.ManifestError` (the
+    cells are kept).
     """
     say = _Say(log)
+    manifest = StudyManifest.begin(spec)
     base = study_config(spec)
     study = Study()
     try:
@@ -90,11 +96,16 @@ def run_study(spec: StudySpec, *, progress: bool = True, log: TextIO | None = No
     out = Path(spec.out)
     out.mkdir(parents=True, exist_ok=True)
     result = StudyResult(spec=spec, out=out)
+    manifest.start(out, runner)
     t0 = time.perf_counter()
+    error: BaseException | None = None
     try:
         _run(spec, base, study, sources, sizes, runner, result, progress, say)
     except KeyboardInterrupt as exc:
         result.interrupted, result.stopped_by = True, exc
+    except BaseException as exc:
+        error = exc
+        raise
     finally:
         # this run's Milvus Lite / Qdrant / LanceDB data only: another study writing into
         # the same folder keeps its live stores
@@ -102,8 +113,22 @@ def run_study(spec: StudySpec, *, progress: bool = True, log: TextIO | None = No
         with contextlib.suppress(OSError):
             runner.work.parent.rmdir()  # .stores, when no other run has one
         result.seconds["total"] = time.perf_counter() - t0
-        result.outputs = write_outputs(result)
+        try:
+            result.outputs = write_outputs(result)
+        finally:
+            _finish(manifest, result, error)
     return result
+
+
+def _finish(manifest: StudyManifest, result: StudyResult, error: BaseException | None) -> None:
+    """The manifest as the study ended; when it cannot be written and the study is already
+    ending by an exception, that one goes on, with a note naming this one."""
+    try:
+        manifest.finish(result, error)
+    except Exception as exc:
+        if error is None:
+            raise
+        error.add_note(f"and the study manifest was not finished: {exc}")
 
 
 class _Say:
