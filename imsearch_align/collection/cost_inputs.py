@@ -7,7 +7,7 @@
 Only clean cells (``status.state`` ok) of one store count:
 
 - ``search_qps[type]``: at the largest collection of that index type, the
-  deployable setting (:func:`~imsearch_align.collection.extras.deploy_index`:
+  deployable setting (:func:`~imsearch_align.collection.deploy.deploy_index`:
   the fastest batched q/s with ANN recall@k >= 0.9, else the most accurate);
 - ``build_rows_per_s[type]``: that cell's rows over its build seconds (FLAT
   builds nothing and has none);
@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from imsearch_align.collection.cost_model import INDEX_TYPES
-from imsearch_align.collection.extras import deploy_index
+from imsearch_align.collection.deploy import deploy_index
 from imsearch_align.experiment.study_cell import CellError, load_cell
 
 __all__ = ["KEPT", "NoCellsError", "inputs_from_cells", "read_cells"]

@@ -28,6 +28,7 @@ from typing import Any
 
 from imsearch_align.collection.build import BuildJob
 from imsearch_align.collection.cell_files import DeployContext, cell_identity, read_ok
+from imsearch_align.collection.deploy import DEPLOY_RECALL, deploy_index
 from imsearch_align.collection.prepare import Prepared
 from imsearch_align.collection.settings import STORES
 from imsearch_align.concurrency.limits import check_levels
@@ -36,30 +37,6 @@ from imsearch_align.experiment.study_cell import status_record
 from imsearch_align.framework.interfaces import StoreUnavailableError, TunableSearch
 
 __all__ = ["DEPLOY_RECALL", "ConcurrencyPlan", "deploy_index", "measure_extras"]
-
-#: The ANN recall@k a deployable setting reaches (:func:`deploy_index`).
-DEPLOY_RECALL = 0.9
-
-
-def deploy_index(cells: list[dict[str, Any] | None]) -> int | None:
-    """Position of the cell to deploy among one build's cells (None when none is ok).
-
-    The fastest (batched queries/s) whose ANN recall@k is at least
-    :data:`DEPLOY_RECALL`; when none reaches it, the highest recall (ties:
-    the faster).
-    """
-    ok = [
-        (i, float((c.get("ann_recall") or {}).get("mean", float("nan"))), c.get("queries_per_s"))
-        for i, c in enumerate(cells)
-        if c is not None and (c.get("status") or {}).get("state") == "ok"
-    ]
-    ok = [(i, r, float(q or 0.0)) for i, r, q in ok if r == r]
-    if not ok:
-        return None
-    good = [t for t in ok if t[1] >= DEPLOY_RECALL]
-    if good:
-        return max(good, key=lambda t: (t[2], -t[0]))[0]
-    return max(ok, key=lambda t: (t[1], t[2], -t[0]))[0]
 
 
 @dataclass(frozen=True)

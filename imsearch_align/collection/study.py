@@ -48,6 +48,7 @@ from imsearch_align.collection.cell_files import (
     load_clean,
 )
 from imsearch_align.collection.extras import measure_extras
+from imsearch_align.collection.intervals import cell_intervals
 from imsearch_align.collection.measure import (
     harness_memory,
     insert_collection,
@@ -222,7 +223,11 @@ class CellRunner:
         latency = search_latency(store, name, prep.queries, k, self.latency_queries, self.seed)
         status = _timed_status(outages, getattr(store, "outages", None))
         run = Run.from_arrays(prep.query_ids, ids, scores)
-        means = compare_measures(run, truth, prep.qrels, base.measures)["means"]
+        scored = compare_measures(run, truth, prep.qrels, base.measures)
+        means = scored["means"]
+        intervals, interval = cell_intervals(
+            scored["approximate"], scored["exact"], prep.qrels, base.direction, seed=self.seed
+        )
         recall = ann_recall_at_k(ids, truth, k)
         d = base.direction
         metrics = {f"{d}/{m}": float(v["approximate"]) for m, v in means.items()}
@@ -247,6 +252,8 @@ class CellRunner:
             "queries": len(prep.query_ids),
             "metrics": metrics,
             "exact_metrics": {f"{d}/{m}": float(v["exact"]) for m, v in means.items()},
+            "intervals": intervals,
+            "interval": interval,
             "ann_recall": {"k": k, "mean": recall.mean, "uncertain": recall.n_uncertain},
             "queries_per_s": qps,
             "batch": self.batch,

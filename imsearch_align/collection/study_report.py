@@ -23,6 +23,7 @@ from typing import Any
 
 import pandas as pd
 
+from imsearch_align.collection.deploy import DEFAULT_DELTA, deploy_marks
 from imsearch_align.experiment.study_cell import EXACT_INDEX_TYPES
 
 __all__ = ["cells_frame", "leaderboard", "quality_vs_qps", "quality_vs_size"]
@@ -34,11 +35,17 @@ def _params(d: dict[str, Any] | None) -> str:
     return ",".join(f"{k}={v}" for k, v in (d or {}).items())
 
 
-def cells_frame(cells: Sequence[dict[str, Any]], ks: Sequence[int]) -> pd.DataFrame:
-    """One row per cell (see the module docstring), quality at cut-offs ``ks``."""
+def cells_frame(
+    cells: Sequence[dict[str, Any]], ks: Sequence[int], delta: float = DEFAULT_DELTA
+) -> pd.DataFrame:
+    """One row per cell (see the module docstring), quality at cut-offs ``ks``; the
+    interval of HitRate at the largest cut-off, its paired difference to exact, and which
+    rule deploys the cell among its build's (:func:`~imsearch_align.collection.deploy.
+    deploy_marks`, task quality within ``delta`` of exact)."""
     rows = []
     kmax = max(ks)
-    for c in cells:
+    marks = deploy_marks(cells, f"HitRate@{kmax}", delta)
+    for c, mark in zip(cells, marks, strict=True):
         d = c.get("direction", "t2i")
         idx, coll = c.get("index") or {}, c.get("collection") or {}
         m, ex = c.get("metrics") or {}, c.get("exact_metrics") or {}
@@ -62,6 +69,8 @@ def cells_frame(cells: Sequence[dict[str, Any]], ks: Sequence[int]) -> pd.DataFr
         for name in names:
             row[name] = m.get(f"{d}/{name}")
             row[f"{name} exact"] = ex.get(f"{d}/{name}")
+        row.update(_interval_columns(c, f"{d}/HitRate@{kmax}", f"HitRate@{kmax}"))
+        row["deploy"] = mark
         row[f"ann_recall@{kmax}"] = m.get(f"{d}/ann_recall@{kmax}")
         row["q/s"] = c.get("queries_per_s")
         row.update({f"{p} ms": lat.get(p) for p in ("p50", "p95", "p99")})
@@ -74,6 +83,20 @@ def cells_frame(cells: Sequence[dict[str, Any]], ks: Sequence[int]) -> pd.DataFr
         row["status"] = st.get("state", "ok") + (f": {st['error']}" if st.get("error") else "")
         rows.append(row)
     return pd.DataFrame(rows)
+
+
+def _interval_columns(cell: dict[str, Any], key: str, name: str) -> dict[str, Any]:
+    """The 95 % interval of ``name`` and its paired difference to exact (None: the cell has
+    no intervals: a cell written before they were measured)."""
+    iv = (cell.get("intervals") or {}).get(key) or {}
+    a, diff = iv.get("approximate") or {}, iv.get("difference") or {}
+    return {
+        f"{name} low": a.get("low"),
+        f"{name} high": a.get("high"),
+        "vs exact": diff.get("mean"),
+        "vs exact low": diff.get("low"),
+        "vs exact high": diff.get("high"),
+    }
 
 
 def _fmt(v: Any) -> str:
@@ -99,6 +122,11 @@ def leaderboard(df: pd.DataFrame, ks: Sequence[int]) -> str:
 
 #: What the leaderboard's cost columns measure (printed under it).
 LEADERBOARD_NOTES = """
+HitRate@k low / high: its 95 % percentile bootstrap interval (queries resampled by image:
+the captions of one image together). vs exact: HitRate@k minus exact search's on the same
+queries, with its 95 % interval from the same resamples. deploy: which rule deploys the
+setting among its build's: "recall" the fastest with ANN recall@k >= 0.9, "quality" the
+fastest whose "vs exact low" is >= -delta (--deploy-delta, 0.01 by default), "both".
 Build s: a server's wait from the last insert until every row is indexed, loaded and
 counted (Milvus), plus FAISS's IVF k-means; FAISS builds as it adds, so its HNSW graph
 and IVF list assignment are in insert rows/s. Memory: a server's resident memory

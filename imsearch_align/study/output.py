@@ -48,7 +48,7 @@ def write_outputs(result: StudyResult) -> dict[str, Path]:
     if not result.cells:
         return {}
     cells = folder_cells(out, result.cells)
-    df = cells_frame(cells, ks)
+    df = cells_frame(cells, ks, result.spec.deploy_delta)
     paths = {"csv": out / "collection.csv", "leaderboard": out / "leaderboard.md"}
     atomic_write(paths["csv"], df.to_csv(index=False))
     atomic_write(paths["leaderboard"], leaderboard(df, ks))

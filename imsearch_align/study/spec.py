@@ -99,6 +99,9 @@ class StudySpec:
     concurrency_warmup: float = _f(
         1.0, "seconds each concurrency level searches unmeasured first", "S"
     )
+    deploy_delta: float = _f(
+        0.01, "how far below exact (at 95 %) a deployable setting's HitRate may be", "D"
+    )
     batch: int = _f(100, "queries per batched search call")
     latency_queries: int | None = _f(None, "single queries timed (1000; --quick 100)")
     block_rows: int = _f(8192, "rows per inserted block")

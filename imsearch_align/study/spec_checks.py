@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from imsearch_align.collection.filter_kinds import parse_filter
+from imsearch_align.collection.intervals import check_delta
 from imsearch_align.collection.settings import STORES
 from imsearch_align.concurrency.limits import check_levels
 from imsearch_align.framework.errors import ConfigError
@@ -72,6 +73,10 @@ def check_spec(spec: Any) -> None:
             "--concurrency-duration must be a finite number of seconds > 0, "
             f"got {spec.concurrency_duration}"
         )
+    try:
+        check_delta(spec.deploy_delta)
+    except ValueError as exc:
+        raise StudySpecError(str(exc)) from None
     served = [s for s in spec.store_modes() if STORES[s].needs_uri]
     if served and not spec.uri:
         raise StudySpecError(

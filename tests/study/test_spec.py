@@ -44,6 +44,8 @@ def test_a_yaml_list_becomes_a_tuple_and_an_int_a_float():
         ({"filters": [["x"]]}, r"--filters must be a float or str, got \['x'\]"),
         ({"concurrency_duration": float("inf")}, r"--concurrency-duration must be a finite"),
         ({"concurrency": [0]}, r"--concurrency: levels: each concurrency must be an integer >= 1"),
+        ({"deploy_delta": -0.1}, r"--deploy-delta: expected a number in \[0, 1\], got -0.1"),
+        ({"deploy_delta": 1.5}, r"--deploy-delta: expected a number in \[0, 1\], got 1.5"),
         ({"method_params": {"asif": {"k": 1}}}, r"--method-param asif:\.\.\.: 'asif' is not in"),
         ({"embeddings": "x", "shapes": 10}, r"give one of --data, --embeddings, --shapes"),
         ({"directions": ["x2y"]}, r"--directions: 'x2y' is not one of t2i, i2t"),
@@ -73,6 +75,8 @@ def test_the_command_refuses_a_bad_spec_file_before_loading_data(tmp_path, capsy
     assert code == 2 and "store faiss has no index 'annoy'" in err
     code, err = _run(["--concurrency-duration", "inf"], capsys)
     assert code == 2 and "finite" in err
+    code, err = _run(["--deploy-delta", "-0.5"], capsys)
+    assert code == 2 and "--deploy-delta: expected a number in [0, 1]" in err
 
 
 def test_flags_given_win_over_the_spec_file(tmp_path):
