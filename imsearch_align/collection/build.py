@@ -25,6 +25,12 @@ class BuildState:
     name: str | None = None
     stats: BuildStats | None = None
     truth: Any = None
+    #: CPU seconds of what searches this build (:class:`~imsearch_align.collection.passes.
+    #: CpuClock`), found once per build.
+    cpu: Any = None
+    #: The wait for the segment count to settle after the build (None: the store does not
+    #: tell its segments; :func:`~imsearch_align.collection.passes.wait_settled`).
+    settled: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True)

@@ -78,8 +78,9 @@ def rss_tree(pid: int | None = None) -> int:
     return int(total)
 
 
-def server_rss(uri: str | None) -> int | None:
-    """Resident bytes of the local process listening on ``uri``'s port (None if not found)."""
+def server_process(uri: str | None) -> Any:
+    """The local process listening on ``uri``'s port (a ``psutil.Process``; None when the
+    server is not on this machine or cannot be found)."""
     import psutil
 
     if not uri:
@@ -94,10 +95,23 @@ def server_rss(uri: str | None) -> int | None:
     for c in conns:
         if c.status == psutil.CONN_LISTEN and c.laddr and c.laddr.port == parts.port and c.pid:
             try:
-                return rss_tree(c.pid)
+                return psutil.Process(c.pid)
             except psutil.Error:
                 return None
     return None
+
+
+def server_rss(uri: str | None) -> int | None:
+    """Resident bytes of the local process listening on ``uri``'s port (None if not found)."""
+    import psutil
+
+    proc = server_process(uri)
+    if proc is None:
+        return None
+    try:
+        return rss_tree(proc.pid)
+    except psutil.Error:
+        return None
 
 
 def harness_memory() -> dict[str, int]:

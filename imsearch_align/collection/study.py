@@ -41,20 +41,22 @@ from typing import Any
 
 from imsearch_align.collection.build import BuildJob, BuildState
 from imsearch_align.collection.cell_files import (
-    FORMAT,
     CellBase,
     cell_identity,
     cell_path,
     load_clean,
 )
+from imsearch_align.collection.cell_records import cell_head as _cell_head
+from imsearch_align.collection.cell_records import cell_label as _label
 from imsearch_align.collection.extras import measure_extras
 from imsearch_align.collection.intervals import cell_intervals
-from imsearch_align.collection.measure import (
-    harness_memory,
-    insert_collection,
-    open_store,
-    search_batched,
-    search_latency,
+from imsearch_align.collection.measure import harness_memory, insert_collection, open_store
+from imsearch_align.collection.passes import (
+    CpuClock,
+    apply_passes,
+    interleaved_order,
+    timed_pass,
+    wait_settled,
 )
 from imsearch_align.collection.prepare import Prepared
 from imsearch_align.collection.recall import ann_recall_at_k, compare_measures
@@ -83,6 +85,8 @@ class CellRunner:
             (None: no filtered cells).
         concurrency: a :class:`~imsearch_align.collection.extras.ConcurrencyPlan`
             (None: no concurrency cells).
+        repeats: counted timed passes per cell (:mod:`~imsearch_align.collection.passes`:
+            above 1, after a warm-up pass, interleaved across a tunable build's settings).
     """
 
     def __init__(
@@ -97,8 +101,10 @@ class CellRunner:
         log: Any = None,
         filters: Any = None,
         concurrency: Any = None,
+        repeats: int = 1,
     ) -> None:
         self.out, self.uri, self.batch = Path(out), uri, int(batch)
+        self.repeats = int(repeats)
         self.latency_queries, self.skip_existing = int(latency_queries), skip_existing
         self.seed, self.log = seed, log
         self.filters, self.concurrency = filters, concurrency
@@ -149,6 +155,7 @@ class CellRunner:
                 self.cells.append(c)
         job = BuildJob(prep, coll, base, s, build, grid, truth_of)
         state = job.state
+        fresh: list[int] = []  # measured now, on the build still up at the end
         try:
             for i, search in enumerate(grid):
                 if cells[i] is not None:
@@ -163,14 +170,46 @@ class CellRunner:
                 except Exception as exc:
                     cells[i] = self._failed(base, s, build, search, exc, paths[i])
                     self.close(state)
+                    fresh.clear()  # the next setting is built again
                     continue
                 self.write(paths[i], cells[i])
                 self.cells.append(cells[i])
+                fresh.append(i)
+            if self.repeats > 1 and isinstance(state.store, TunableSearch) and fresh:
+                self._interleave(job, cells, fresh, paths)
             if self.filters is not None or self.concurrency is not None:
                 measure_extras(self, job, cells, paths)
         finally:
             self.close(state)
         return [c for c in cells if c is not None]
+
+    def _interleave(
+        self, job: BuildJob, cells: list[Any], fresh: list[int], paths: list[Path]
+    ) -> None:
+        """The counted passes of a tunable build's cells measured now: round by round, each
+        round visiting every setting (:func:`~imsearch_align.collection.passes.
+        interleaved_order`); each cell rewritten with its passes, also when a round fails
+        (then degraded: fewer passes than asked)."""
+        state, prep, grid = job.state, job.prep, job.grid
+        store, name, k = state.store, state.name, max(job.base.ks)
+        try:
+            for r in range(self.repeats):
+                for j in interleaved_order(len(fresh), r):
+                    if grid[fresh[j]]:
+                        store.set_search_params(name, **grid[fresh[j]])
+                    cells[fresh[j]]["passes"].append(self._pass(store, name, prep, k, state)[0])
+        except StoreUnavailableError:
+            raise
+        except Exception as exc:  # the cells keep the passes that ran, marked degraded
+            self.say(f"  timed passes stopped: {type(exc).__name__}: {exc}")
+        finally:
+            for i in fresh:
+                apply_passes(
+                    cells[i], cells[i]["passes"], self.repeats, "interleaved", state.cpu.what
+                )
+                cells[i]["timing"]["settled"] = state.settled
+                self.write(paths[i], cells[i])
+                self.say(f"  {_label(cells[i])} ({self.repeats} passes, interleaved)")
 
     def ensure_built(self, job: BuildJob, search: dict[str, int]) -> Any:
         """The build of ``job`` (its ``state``): the store built now, with its collection
@@ -192,6 +231,11 @@ class CellRunner:
             attributes=self.filters and self.filters.inserts(store, prep, coll),
         )  # fmt: skip
         state.stats, state.truth = stats, job.truth_of(stats.digest)
+        # a server compacting or re-indexing small segments after the load: wait (bounded)
+        state.settled = wait_settled(store, name)
+        if state.settled is not None and not state.settled["settled"]:
+            self.say(f"  warning: {name}: segments still changing after "
+                     f"{state.settled['waited_s']:.0f} s; timing anyway")  # fmt: skip
         return store
 
     def _cell(self, job: BuildJob, search: dict[str, int]) -> dict[str, Any]:
@@ -218,10 +262,12 @@ class CellRunner:
 
         store, name, truth, stats = state.store, state.name, state.truth, state.stats
         k = max(base.ks)
-        outages = getattr(store, "outages", None)  # a store that counts its outages
-        ids, scores, qps = search_batched(store, name, prep.queries, k, self.batch)
-        latency = search_latency(store, name, prep.queries, k, self.latency_queries, self.seed)
-        status = _timed_status(outages, getattr(store, "outages", None))
+        state.cpu = state.cpu or CpuClock(self.uri, STORES[s.store].in_process)
+        first, ids, scores = self._pass(store, name, prep, k, state, counted=self.repeats == 1)
+        passes = [first]
+        if self.repeats > 1 and not isinstance(store, TunableSearch):
+            # rebuilt per setting: its passes run now, back to back, on its own build
+            passes += [self._pass(store, name, prep, k, state)[0] for _ in range(self.repeats)]
         run = Run.from_arrays(prep.query_ids, ids, scores)
         scored = compare_measures(run, truth, prep.qrels, base.measures)
         means = scored["means"]
@@ -255,9 +301,7 @@ class CellRunner:
             "intervals": intervals,
             "interval": interval,
             "ann_recall": {"k": k, "mean": recall.mean, "uncertain": recall.n_uncertain},
-            "queries_per_s": qps,
             "batch": self.batch,
-            "latency_ms": latency,
             "timings": stats.to_dict(),
             "memory": {
                 "kind": stats.memory_kind,
@@ -270,12 +314,23 @@ class CellRunner:
             "n_support": prep.n_support,
             "fit_s": round(prep.fit_s, 4),
             "config": ident["config"],
-            "status": status,
             "provenance": capture(store).to_dict(),
             "command": list(base.command),
         }
+        order = "back to back" if self.repeats > 1 and not tunable else "interleaved"
+        apply_passes(cell, passes, self.repeats, order, state.cpu.what)
+        cell["timing"]["settled"] = state.settled
         self.say(f"  {_label(cell)}")
         return cell
+
+    def _pass(
+        self, store: Any, name: str, prep: Prepared, k: int, state: BuildState, counted=True
+    ) -> tuple[dict[str, Any], Any, Any]:
+        return timed_pass(
+            store, name, prep.queries, k, batch=self.batch,
+            latency_queries=self.latency_queries, seed=self.seed, counted=counted,
+            cpu=state.cpu,
+        )  # fmt: skip
 
     def _disk(self, s: IndexSetting) -> int | None:
         return STORES[s.store].disk_bytes(self.work)
@@ -325,43 +380,3 @@ class CellRunner:
         finally:
             store.close()
             release_freed_memory()
-
-
-def _timed_status(before: int | None, after: int | None) -> dict[str, Any]:
-    """Ok, or degraded when the store went through an outage while it was timed: its
-    queries/s and latency would include the outage (run it again: a degraded cell is not
-    reused)."""
-    if before is None or after is None or after == before:
-        return status_record()
-    return status_record("degraded", reasons=(
-        f"the server went through {after - before} outage(s) during the timed searches: "
-        "queries/s and latency include them; run the study again with --skip-existing",
-    ))  # fmt: skip
-
-
-def _label(cell: dict[str, Any]) -> str:
-    """One progress line: setting, size, quality, speed."""
-    idx = cell.get("index") or {}
-    sp = ",".join(f"{k}={v}" for k, v in (idx.get("search_params") or {}).items())
-    head = f"{cell['method']:<10} {cell['store']:<11} {idx.get('type', ''):<8} {sp:<12}"
-    size = (cell.get("collection") or {}).get("size") or 0
-    m = cell.get("metrics") or {}
-    hit = next((v for k, v in m.items() if k.endswith("HitRate@10")), None)
-    rec = next((v for k, v in m.items() if "ann_recall" in k), None)
-    qps = cell.get("queries_per_s")
-    tail = "" if hit is None else f" HitRate@10 {hit:.3f}"
-    tail += "" if rec is None else f" recall {rec:.3f}"
-    tail += "" if qps is None else f" {qps:,.0f} q/s"
-    return f"{head} size={size:,}{tail}"
-
-
-def _cell_head(base: CellBase, s: IndexSetting) -> dict[str, Any]:
-    """The fields every cell of one collection and index setting starts with."""
-    return {
-        "format": FORMAT,
-        "kind": "collection_scale",
-        "store": s.store,
-        "method": base.method,
-        "dataset": base.dataset,
-        "direction": base.direction,
-    }

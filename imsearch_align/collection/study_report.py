@@ -73,6 +73,9 @@ def cells_frame(
         row["deploy"] = mark
         row[f"ann_recall@{kmax}"] = m.get(f"{d}/ann_recall@{kmax}")
         row["q/s"] = c.get("queries_per_s")
+        span = c.get("queries_per_s_range") or [None, None]
+        row["q/s min"], row["q/s max"] = span[0], span[1]
+        row["passes"] = (c.get("timing") or {}).get("counted")
         row.update({f"{p} ms": lat.get(p) for p in ("p50", "p95", "p99")})
         row["insert rows/s"] = t.get("insert_rows_per_s")
         row["build s"] = t.get("build_s")
@@ -127,6 +130,9 @@ the captions of one image together). vs exact: HitRate@k minus exact search's on
 queries, with its 95 % interval from the same resamples. deploy: which rule deploys the
 setting among its build's: "recall" the fastest with ANN recall@k >= 0.9, "quality" the
 fastest whose "vs exact low" is >= -delta (--deploy-delta, 0.01 by default), "both".
+q/s: the median of the cell's counted timed passes (--repeats, 3 by default, after a
+warm-up pass, interleaved across a build's settings), q/s min / max their range; the
+latencies are medians of the passes' percentiles (every pass is kept in the cell).
 Build s: a server's wait from the last insert until every row is indexed, loaded and
 counted (Milvus), plus FAISS's IVF k-means; FAISS builds as it adds, so its HNSW graph
 and IVF list assignment are in insert rows/s. Memory: a server's resident memory

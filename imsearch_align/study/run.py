@@ -186,7 +186,7 @@ def _runner(spec: StudySpec, study: Study, base: Any, sizes: list[int], log: Any
     return CellRunner(
         Path(spec.out), uri=spec.uri, batch=spec.batch, latency_queries=spec.latency_count(),
         skip_existing=spec.skip_existing, seed=spec.seed, log=log, filters=filters,
-        concurrency=concurrency,
+        concurrency=concurrency, repeats=spec.repeat_count(),
     )  # fmt: skip
 
 

@@ -104,6 +104,9 @@ class StudySpec:
     )
     batch: int = _f(100, "queries per batched search call")
     latency_queries: int | None = _f(None, "single queries timed (1000; --quick 100)")
+    repeats: int | None = _f(
+        None, "counted timed passes per cell, after a warm-up pass (3; --quick 1)"
+    )
     block_rows: int = _f(8192, "rows per inserted block")
     image_encoder: str | None = _f(None, "ENCODERS name of the image encoder")
     image_model: str | None = _f(None, "model name or path for the image encoder")
@@ -136,6 +139,10 @@ class StudySpec:
     def latency_count(self) -> int:
         """Single queries timed: ``latency_queries``, else 1,000 (``quick``: 100)."""
         return self.latency_queries or (100 if self.quick else 1000)
+
+    def repeat_count(self) -> int:
+        """Counted timed passes per cell: ``repeats``, else 3 (``quick``: 1)."""
+        return self.repeats or (1 if self.quick else 3)
 
     def size_grid(self) -> list[int] | None:
         """Distractor counts: ``sizes``; else the default when ``distractors`` is not set

@@ -147,7 +147,7 @@ def _positive(spec: Any) -> None:
             raise StudySpecError(f"{flag(name)} must be positive integers, got {min(values)}")
     if any(v < 0 for v in spec.sizes or ()):
         raise StudySpecError(f"--sizes must be distractor counts >= 0, got {min(spec.sizes)}")
-    for name in ("queries", "batch", "latency_queries", "block_rows", "shapes"):
+    for name in ("queries", "batch", "latency_queries", "block_rows", "shapes", "repeats"):
         v = getattr(spec, name)
         if v is not None and v < 1:
             raise StudySpecError(f"{flag(name)} must be a positive integer, got {v}")
