@@ -49,7 +49,7 @@ from imsearch_align.collection.cell_files import (
 from imsearch_align.collection.cell_records import cell_head as _cell_head
 from imsearch_align.collection.cell_records import cell_label as _label
 from imsearch_align.collection.extras import measure_extras
-from imsearch_align.collection.intervals import cell_intervals
+from imsearch_align.collection.intervals import cell_intervals, judged_clusters
 from imsearch_align.collection.measure import harness_memory, insert_collection, open_store
 from imsearch_align.collection.passes import (
     CpuClock,
@@ -58,6 +58,7 @@ from imsearch_align.collection.passes import (
     timed_pass,
     wait_settled,
 )
+from imsearch_align.collection.per_query import per_query_frame, write_per_query
 from imsearch_align.collection.prepare import Prepared
 from imsearch_align.collection.recall import ann_recall_at_k, compare_measures
 from imsearch_align.collection.settings import STORES, IndexSetting, resolve
@@ -68,6 +69,9 @@ from imsearch_align.framework.interfaces import StoreUnavailableError, TunableSe
 from imsearch_align.framework.metrics import Run
 
 __all__ = ["CellBase", "CellRunner", "cell_identity", "cell_path", "load_clean"]
+
+#: The key under which a measured cell carries its per-query table until it is written.
+PENDING = "_per_query_frame"
 
 
 class CellRunner:
@@ -275,6 +279,10 @@ class CellRunner:
             scored["approximate"], scored["exact"], prep.qrels, base.direction, seed=self.seed
         )
         recall = ann_recall_at_k(ids, truth, k)
+        frame = per_query_frame(
+            prep.query_ids, ids, recall.per_query, scored["approximate"], scored["exact"],
+            judged_clusters(prep.qrels, scored["approximate"].query_ids),
+        )  # fmt: skip
         d = base.direction
         metrics = {f"{d}/{m}": float(v["approximate"]) for m, v in means.items()}
         metrics[f"{d}/ann_recall@{k}"] = recall.mean
@@ -316,6 +324,7 @@ class CellRunner:
             "config": ident["config"],
             "provenance": capture(store).to_dict(),
             "command": list(base.command),
+            PENDING: frame,  # written beside the cell by write()
         }
         order = "back to back" if self.repeats > 1 and not tunable else "interleaved"
         apply_passes(cell, passes, self.repeats, order, state.cpu.what)
@@ -359,7 +368,11 @@ class CellRunner:
         return cell
 
     def write(self, path: Path, cell: dict[str, Any]) -> None:
-        """Write ``cell`` at ``path`` through the one writer of study cells."""
+        """Write ``cell`` at ``path`` through the one writer of study cells; its per-query
+        table first, beside it (:mod:`~imsearch_align.collection.per_query`)."""
+        frame = cell.pop(PENDING, None)
+        if frame is not None:
+            cell["per_query"] = write_per_query(path, frame)
         write_cell(path, cell)
 
     def close(self, state: BuildState) -> None:

@@ -263,6 +263,19 @@ def test_a_study_cell_carries_intervals_and_the_table_both_deploy_rules(tmp_path
             assert diff["mean"] == pytest.approx(a["mean"] - e["mean"], abs=1e-12)
             for part in (a, e, diff):
                 assert part["low"] <= part["mean"] <= part["high"]
+        # the per-query table beside the cell explains its means, query by query
+        from imsearch_align.collection.per_query import read_per_query
+
+        files = [p for p in (tmp_path / "o").glob("*.json") if p.stem in cell["per_query"]]
+        pq = read_per_query(files[0])
+        assert len(pq) == cell["queries"] and pq["cluster"].nunique() * 2 == len(pq)
+        for key in cell["intervals"]:
+            m = key.split("/", 1)[1]
+            assert pq[m].mean() == pytest.approx(cell["metrics"][key], abs=1e-12)
+            assert pq[f"{m} exact"].mean() == pytest.approx(cell["exact_metrics"][key], abs=1e-12)
+            assert (pq[f"{m} diff"] == pq[m] - pq[f"{m} exact"]).all()
+        assert pq["ann_recall"].mean() == pytest.approx(cell["metrics"]["t2i/ann_recall@10"])
+        assert all(len(r) == 10 for r in pq["returned"])
     df = pd.read_csv(tmp_path / "o" / "collection.csv", keep_default_na=False)
     assert {"HitRate@10 low", "HitRate@10 high", "vs exact low", "deploy"} <= set(df.columns)
     assert (df["deploy"].isin(["recall", "both"])).sum() == 1  # one per build
