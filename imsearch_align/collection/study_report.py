@@ -1,32 +1,25 @@
-"""What the collection study writes from its cells: the CSV, the leaderboard, the figures.
+"""What the collection study writes from its cells: the CSV and the leaderboard.
 
 :func:`cells_frame` flattens the cells (one row each: method, direction,
 store, index, search setting, collection size, quality exact and
-approximate, ANN recall, queries/s, latency, insert rows/s, build and load
-seconds, memory, disk, status). :func:`leaderboard` is that table in
-Markdown, best quality first within each collection size.
-:func:`quality_vs_qps` draws quality against batched queries/s (log x), one
-panel per collection size, one marker per store and index type, the Pareto
-frontier as a line and exact search (the truth) as the ceiling, as
-ann-benchmarks does; :func:`quality_vs_size` draws each method's exact
-quality against the collection size (log x), with its best approximate
-(non-flat) index setting beside it (how alignment methods decay as distractors grow). Figures use
-the helpers of :mod:`imsearch_align.plots` (no pyplot state).
+approximate with its interval and its paired difference to exact, which
+deploy rule picks the setting, ANN recall, queries/s with its range over
+the timed passes, latency, insert rows/s, build and load seconds, memory,
+disk, status). :func:`leaderboard` is that table in Markdown, best quality
+first within each collection size. The figures are
+:mod:`~imsearch_align.collection.study_figures`.
 """
 
 from __future__ import annotations
 
-import os
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
 from imsearch_align.collection.deploy import DEFAULT_DELTA, deploy_marks
-from imsearch_align.experiment.study_cell import EXACT_INDEX_TYPES
 
-__all__ = ["cells_frame", "leaderboard", "quality_vs_qps", "quality_vs_size"]
+__all__ = ["cells_frame", "leaderboard"]
 
 _MB = 1 / (1024 * 1024)
 
@@ -138,92 +131,3 @@ counted (Milvus), plus FAISS's IVF k-means; FAISS builds as it adds, so its HNSW
 and IVF list assignment are in insert rows/s. Memory: a server's resident memory
 (Milvus), the bytes a FAISS index holds (counted from its structures).
 """
-
-
-def _ok(cells: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
-    return [c for c in cells if (c.get("status") or {}).get("state", "ok") == "ok"]
-
-
-def quality_vs_qps(
-    cells: Sequence[dict[str, Any]], metric: str, out_path: str | os.PathLike, *, title: str = ""
-) -> Path | None:
-    """Quality ``metric`` (``t2i/HitRate@10``) against queries/s, a panel per collection size."""
-    from matplotlib.ticker import NullFormatter
-
-    from imsearch_align.plots._figure import grid, new_figure, palette, save
-    from imsearch_align.report_html.quality import pareto_frontier
-
-    cells = [c for c in _ok(cells) if c.get("metrics", {}).get(metric) is not None]
-    sizes = sorted({c["collection"]["size"] for c in cells})
-    if not sizes:
-        return None
-    fig, _ = new_figure((5.2 * len(sizes), 4.4))
-    fig.clear()
-    axes = fig.subplots(1, len(sizes), squeeze=False)[0]
-    kinds = sorted({(c["store"], c["index"]["type"]) for c in cells})
-    methods = sorted({c["method"] for c in cells})
-    colours = dict(zip(methods, palette() * 4, strict=False))
-    markers = dict(zip(kinds, "osD^v<>ph*" * 3, strict=False))
-    for ax, size in zip(axes, sizes, strict=True):
-        here = [c for c in cells if c["collection"]["size"] == size]
-        for method in methods:
-            pts = [c for c in here if c["method"] == method]
-            xy = [(c["queries_per_s"], c["metrics"][metric]) for c in pts]
-            for c, (x, y) in zip(pts, xy, strict=True):
-                kind = (c["store"], c["index"]["type"])
-                ax.scatter(x, y, color=colours[method], marker=markers[kind], s=28, alpha=0.85)
-            front = sorted(xy[i] for i in pareto_frontier(xy))
-            if front:
-                ax.plot(*zip(*front, strict=True), color=colours[method], lw=1.2)
-            ceiling = max((c["exact_metrics"].get(metric, float("nan")) for c in pts), default=None)
-            if ceiling is not None and ceiling == ceiling:
-                ax.axhline(ceiling, color=colours[method], ls=":", lw=1)
-        ax.set_xscale("log")
-        ax.xaxis.set_minor_formatter(NullFormatter())
-        ax.set_title(f"{size:,} items")
-        ax.set_xlabel("queries/s (batched, log)")
-        grid(ax)
-    axes[0].set_ylabel(f"{metric} (dotted: exact)")
-    handles = [axes[0].scatter([], [], color=colours[m], marker="o", label=m) for m in methods] + [
-        axes[0].scatter([], [], color="grey", marker=markers[k], label=" ".join(k)) for k in kinds
-    ]
-    axes[-1].legend(handles=handles, fontsize=7, loc="lower left")
-    if title:
-        fig.suptitle(title)
-    return save(fig, out_path)
-
-
-def quality_vs_size(
-    cells: Sequence[dict[str, Any]], metric: str, out_path: str | os.PathLike, *, title: str = ""
-) -> Path | None:
-    """Each method's exact ``metric`` against collection size (solid) and its best ANN
-    setting at each size (dashed)."""
-    from matplotlib.ticker import NullFormatter
-
-    from imsearch_align.plots._figure import grid, new_figure, palette, save
-
-    cells = [c for c in _ok(cells) if c.get("metrics", {}).get(metric) is not None]
-    if not cells:
-        return None
-    fig, ax = new_figure()
-    for colour, method in zip(palette() * 4, sorted({c["method"] for c in cells}), strict=False):
-        mine = [c for c in cells if c["method"] == method]
-        sizes = sorted({c["collection"]["size"] for c in mine})
-        exact = [max(c["exact_metrics"][metric] for c in mine if c["collection"]["size"] == s)
-                 for s in sizes]  # fmt: skip
-        approx = [c for c in mine if c["index"]["type"].lower() not in EXACT_INDEX_TYPES]
-        ann = [(s, max(c["metrics"][metric] for c in approx if c["collection"]["size"] == s))
-               for s in sizes if any(c["collection"]["size"] == s for c in approx)]  # fmt: skip
-        ax.plot(sizes, exact, marker="o", color=colour, label=f"{method} exact")
-        if ann:
-            ax.plot(*zip(*ann, strict=True), marker="x", ls="--", color=colour,
-                    label=f"{method} best ANN setting")  # fmt: skip
-    ax.set_xscale("log")
-    ax.xaxis.set_minor_formatter(NullFormatter())
-    ax.set_xlabel("collection size (items searched)")
-    ax.set_ylabel(metric)
-    grid(ax)
-    ax.legend(fontsize=7)
-    if title:
-        ax.set_title(title)
-    return save(fig, out_path)

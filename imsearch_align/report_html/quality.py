@@ -202,13 +202,15 @@ def _size_text(size: int | None) -> str:
 
 
 def qps_figures(points: Sequence[QualityPoint]) -> list[Figure]:
-    """Per collection size: quality against queries/s, the frontier and the exact ceiling."""
-    by_size: dict[int | None, list[QualityPoint]] = defaultdict(list)
+    """Per collection size and method: quality against queries/s, the method's own Pareto
+    frontier and its exact ceiling (a frontier pooled over methods would put a method's
+    setting "on the frontier" or off it by another method's points)."""
+    by_size: dict[tuple[int | None, str], list[QualityPoint]] = defaultdict(list)
     for p in points:
-        by_size[p.size].append(p)
+        by_size[(p.size, p.method)].append(p)
     figures = []
-    for size in sorted(by_size, key=lambda s: (s is None, s or 0)):
-        pts = by_size[size]
+    for size, method in sorted(by_size, key=lambda k: (k[0] is None, k[0] or 0, k[1])):
+        pts = by_size[(size, method)]
         series = []
         for name in sorted({p.series for p in pts}):
             mine = sorted((p for p in pts if p.series == name), key=lambda p: p.qps)
@@ -229,7 +231,7 @@ def qps_figures(points: Sequence[QualityPoint]) -> list[Figure]:
             )
             for m in sorted({p.method for p in pts if p.exact})
         ]
-        title = f"Quality vs queries/s on {_size_text(size)}"
+        title = f"Quality vs queries/s on {_size_text(size)}" + (f" · {method}" if method else "")
         chart = Chart(
             title,
             "queries per second",
@@ -243,7 +245,12 @@ def qps_figures(points: Sequence[QualityPoint]) -> list[Figure]:
         lines, notes = point_commands(pts)
         on = ", ".join(f"{p.series} ({p.params})" if p.params else p.series for p in front)
         figures.append(
-            Figure(chart, f"{len(pts)} settings; on the Pareto frontier: {on}.", lines, notes)
+            Figure(
+                chart,
+                f"{len(pts)} settings; on {method or 'the'}'s Pareto frontier: {on}.",
+                lines,
+                notes,
+            )
         )
     return figures
 

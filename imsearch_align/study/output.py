@@ -6,12 +6,13 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from imsearch_align.collection.study_report import (
-    cells_frame,
-    leaderboard,
+from imsearch_align.collection.study_figures import (
+    cost_vs_size,
     quality_vs_qps,
     quality_vs_size,
+    recall_vs_qps,
 )
+from imsearch_align.collection.study_report import cells_frame, leaderboard
 from imsearch_align.experiment.report import text_table
 from imsearch_align.experiment.study_cell import CellError, load_cell
 from imsearch_align.framework.atomic import atomic_write
@@ -52,16 +53,27 @@ def write_outputs(result: StudyResult) -> dict[str, Path]:
     paths = {"csv": out / "collection.csv", "leaderboard": out / "leaderboard.md"}
     atomic_write(paths["csv"], df.to_csv(index=False))
     atomic_write(paths["leaderboard"], leaderboard(df, ks))
+    delta = result.spec.deploy_delta
     for d in result.spec.directions:
         metric = f"{d}/HitRate@{max(ks)}"
         mine = [c for c in cells if c.get("direction") == d]
-        qps = quality_vs_qps(mine, metric, out / f"quality_vs_qps_{d}.png",
-                             title=f"{d}: quality vs speed")  # fmt: skip
-        size = quality_vs_size(mine, metric, out / f"quality_vs_size_{d}.png",
-                               title=f"{d}: quality vs size")  # fmt: skip
-        for name, png in ((f"quality_vs_qps_{d}", qps), (f"quality_vs_size_{d}", size)):
-            if png is not None:
-                paths[name] = Path(png)
+        drawn = {
+            f"quality_vs_qps_{d}": quality_vs_qps(
+                mine, metric, out / f"quality_vs_qps_{d}.png",
+                title=f"{d}: quality vs speed", delta=delta,
+            ),
+            f"recall_vs_qps_{d}": recall_vs_qps(
+                mine, f"{d}/ann_recall@{max(ks)}", out / f"recall_vs_qps_{d}.png",
+                title=f"{d}: ANN recall vs speed",
+            ),
+            f"quality_vs_size_{d}": quality_vs_size(
+                mine, metric, out / f"quality_vs_size_{d}.png", title=f"{d}: quality vs size"
+            ),
+            f"cost_vs_size_{d}": cost_vs_size(
+                mine, out / f"cost_vs_size_{d}.png", title=f"{d}: memory and build vs size"
+            ),
+        }  # fmt: skip
+        paths.update({name: Path(png) for name, png in drawn.items() if png is not None})
     return paths
 
 
@@ -79,7 +91,7 @@ def summary(result: StudyResult) -> str:
     lines.append(f"{len(result.cells) - bad}/{len(result.cells)} cells ok in {total:.0f} s; "
                  f"results in {result.out}/")  # fmt: skip
     for name, path in result.outputs.items():
-        if name.startswith("quality_"):
+        if name.startswith(("quality_", "recall_", "cost_")):
             lines.append(f"figure:      {path}")
     if "leaderboard" in result.outputs:
         lines.append(f"leaderboard: {result.outputs['leaderboard']} (CSV: {result.outputs['csv']})")

@@ -280,3 +280,42 @@ def test_a_study_cell_carries_intervals_and_the_table_both_deploy_rules(tmp_path
     assert {"HitRate@10 low", "HitRate@10 high", "vs exact low", "deploy"} <= set(df.columns)
     assert (df["deploy"].isin(["recall", "both"])).sum() == 1  # one per build
     assert (df["deploy"].isin(["quality", "both"])).sum() <= 1
+
+
+def test_deploy_marks_apply_both_rules_build_by_build():
+    from imsearch_align.collection.deploy import deploy_marks
+
+    def cell(method, nprobe, qps, recall, low):
+        return {
+            "method": method, "direction": "t2i", "store": "faiss", "n_support": 10,
+            "index": {"type": "ivf_flat", "params": {"nlist": 8}, "search_params": {"nprobe": nprobe}},
+            "collection": {"size": 100, "distractors": 50},
+            "status": {"state": "ok"}, "queries_per_s": qps, "ann_recall": {"mean": recall},
+            "intervals": {"t2i/HitRate@10": {"difference": {"low": low}}},
+        }  # fmt: skip
+
+    cells = [
+        cell("csa", 1, 900.0, 0.95, -0.04),  # recall rule's pick, task quality lost
+        cell("csa", 4, 500.0, 0.97, -0.005),  # the quality rule's pick
+        cell("procrustes", 1, 800.0, 0.99, 0.0),  # its own build: both rules pick it
+        cell("procrustes", 4, 300.0, 1.0, 0.0),
+    ]
+    assert deploy_marks(cells, "HitRate@10", 0.01) == ["recall", "quality", "both", ""]
+    assert deploy_marks(cells, "HitRate@10", 0.05) == ["both", "", "both", ""]
+
+
+def test_the_report_draws_each_methods_own_frontier():
+    """Two methods at one size: one chart each, each with its own frontier (a pooled one
+    would drop the slower method's every point)."""
+    from imsearch_align.report_html.quality import QualityPoint, qps_figures
+
+    def pt(method, qps, quality):
+        return QualityPoint(size=100, series=f"faiss hnsw · {method}", method=method, qps=qps,
+                            quality=quality, metric="t2i/HitRate@10", exact=False,
+                            params=f"ef={qps}", ann_recall=None, source="")  # fmt: skip
+
+    figs = qps_figures([pt("csa", 1000, 0.9), pt("csa", 500, 0.95), pt("asif", 100, 0.5),
+                        pt("asif", 50, 0.6)])  # fmt: skip
+    assert len(figs) == 2
+    fronts = {f.chart.title.split(" · ")[-1]: sorted(f.chart.frontier) for f in figs}
+    assert fronts == {"asif": [(50, 0.6), (100, 0.5)], "csa": [(500, 0.95), (1000, 0.9)]}
