@@ -116,6 +116,9 @@ def concurrency_cells(
             "queries_per_s": lv.queries_per_s,
             "latency_ms": {p: lv.latency_ms[p] for p in PERCENTILES if p in lv.latency_ms},
             "metrics": _flat_metrics(q.metrics, direction) if q is not None else {},
+            "intervals": {}
+            if q is None
+            else {f"{direction}/{m}": {"approximate": iv} for m, iv in q.intervals.items()},
             "status": _status(lv),
             "provenance": prov,
             "command": command if isinstance(command, str) else list(command),

@@ -20,7 +20,8 @@ measured, and says how many it covers.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -45,6 +46,10 @@ class Quality:
         not_sent: judged queries of the query set the level never sent (not scored).
         failed_queries: queries sent but never answered (scored 0).
         n_differing: answered queries whose repeated answers differ from the first.
+        intervals: measure -> ``{"mean", "low", "high"}``, the 95 % bootstrap interval of
+            its mean, queries resampled by cluster (the queries judged relevant to the
+            same documents go together: :func:`~imsearch_align.collection.intervals.
+            judged_clusters`).
     """
 
     metrics: dict[str, float]
@@ -53,6 +58,22 @@ class Quality:
     not_sent: int
     failed_queries: tuple
     n_differing: int
+    intervals: dict[str, dict[str, float]] = field(default_factory=dict)
+
+
+def _intervals(scored: Any, qrels: Qrels) -> dict[str, dict[str, float]]:
+    """The clustered bootstrap interval of each measure's mean over the scored queries."""
+    from imsearch_align.collection.intervals import clustered_bootstrap, judged_clusters
+
+    names = list(scored.values)
+    if not names or not len(scored.query_ids):
+        return {}
+    values = np.column_stack([np.asarray(scored.values[m], dtype=np.float64) for m in names])
+    mean, low, high = clustered_bootstrap(values, judged_clusters(qrels, scored.query_ids))
+    return {
+        m: {"mean": float(mean[i]), "low": float(low[i]), "high": float(high[i])}
+        for i, m in enumerate(names)
+    }
 
 
 def _differing(answers: Answers, first: np.ndarray) -> int:
@@ -108,12 +129,13 @@ def quality(
     sent_qrels, not_sent = _restrict(qrels, answered + list(failed))
     run = Run.from_arrays(answered, answers.ids[first], answers.scores[first])
     ties = None if dim is None else ReadTies(default_tolerance(dim))
-    metrics = score_run(
+    scored = score_run(
         run, sent_qrels, measures, ties=ties, relevance_level=relevance_level,
         failed_queries=failed,
-    ).mean()  # fmt: skip
+    )  # fmt: skip
     return Quality(
-        metrics=metrics,
+        metrics=scored.mean(),
+        intervals=_intervals(scored, sent_qrels),
         n_queries=len(sent_qrels.queries),
         n_answers=len(answers),
         not_sent=not_sent,

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 
 import pandas as pd
+import pytest
 
 import imsearch_align.concurrency as concurrency
 from imsearch_align.cli.app import main
@@ -52,6 +53,12 @@ def test_a_crashed_level_fails_alone_and_the_build_stays_in_the_table(
     for lv in (1, 4):
         assert cells[lv]["status"]["state"] == "ok", cells[lv]["status"]
         assert cells[lv]["queries_per_s"] > 0
+        # every task measure with its clustered interval, around the mean the cell reports
+        assert set(cells[lv]["intervals"]) == set(cells[lv]["metrics"])
+        for key, iv in cells[lv]["intervals"].items():
+            a = iv["approximate"]
+            assert a["mean"] == pytest.approx(cells[lv]["metrics"][key], abs=1e-12)
+            assert a["low"] <= a["mean"] <= a["high"]
     df = pd.read_csv(out / "collection.csv")
     assert len(df) == 1 and df["status"].iloc[0] == "ok"  # the build's cell is in the table
     assert "concurrency: 2/3 cells ok" in printed
