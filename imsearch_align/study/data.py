@@ -1,5 +1,6 @@
 """What data a study runs on: the dataset (a Flickr30k folder or the Hub, precomputed
-embeddings, or offline shape images), the encoders, and each method's parameters.
+embeddings, or offline shape images), the encoders, and each method's parameters;
+and what of the data enters a study cell's key (:func:`data_identity`: no path).
 
 Shared by the collection study and ``benchmarks/flickr.py``: both build one
 base :class:`~imsearch_align.experiment.config.ExperimentConfig` from these,
@@ -8,6 +9,9 @@ so the same flags mean the same data in both.
 
 from __future__ import annotations
 
+import hashlib
+import os
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +24,7 @@ __all__ = [
     "OFFLINE_IMAGE_ENCODER",
     "OFFLINE_TEXT_ENCODER",
     "base_config",
+    "data_identity",
     "dataset_spec",
     "method_params",
 ]
@@ -81,6 +86,49 @@ def dataset_spec(
             raise ConfigError(f"--data {data!r} is not a folder")
         return "flickr30k", {"root": data}, False
     return "flickr30k", {"source": "hub"}, False
+
+
+#: The parameters of :func:`dataset_spec` that name a folder: where the data is (or is
+#: cached), never what it is.
+FOLDER_PARAMS = frozenset({"root"})
+#: The parameters of :func:`dataset_spec` that name a file: the data is its bytes.
+FILE_PARAMS = frozenset({"image_path", "text_path", "text_image"})
+
+_DIGESTS: dict[tuple[str, int, int], str] = {}
+
+
+def _file_sha256(path: str | os.PathLike) -> str:
+    """SHA-256 (hex) of a file's bytes, remembered per path, size and modification time."""
+    st = os.stat(path)
+    key = (os.path.realpath(path), st.st_size, st.st_mtime_ns)
+    if key not in _DIGESTS:
+        h = hashlib.sha256()
+        with open(path, "rb") as f:
+            for chunk in iter(lambda: f.read(1 << 22), b""):
+                h.update(chunk)
+        _DIGESTS[key] = h.hexdigest()
+    return _DIGESTS[key]
+
+
+def data_identity(params: Mapping[str, Any]) -> dict[str, Any]:
+    """What the data of :func:`dataset_spec`'s ``params`` is, the same on every machine:
+    no path, the data named by content where a path held it.
+
+    ``params``: every value but the paths, as given (``--shapes``: ``n_images`` and
+    ``seed`` fix the images; their ``root`` is only where they are cached). ``files``:
+    the SHA-256 of each file named (``--embeddings``: ``image_path``, ``text_path``,
+    ``text_image``), so a copy of the folder anywhere is the same data and a file
+    rewritten in place is other data. A ``--data`` folder is named by nothing here:
+    its loader gives no digest of a folder without loading it, so the dataset's name
+    (beside this in a cell's identity) and the split parameters name it.
+    """
+    out: dict[str, Any] = {
+        "params": {k: v for k, v in sorted(params.items()) if k not in FOLDER_PARAMS | FILE_PARAMS}
+    }
+    files = {k: _file_sha256(Path(v).expanduser()) for k, v in params.items() if k in FILE_PARAMS}
+    if files:
+        out["files"] = dict(sorted(files.items()))
+    return out
 
 
 def base_config(

@@ -291,9 +291,15 @@ def _params(method: str, n: int | None, base: Any, study: Study) -> dict[str, An
 
 
 def _identity(spec: StudySpec, cfg: Any, src: Any, prep: Any) -> dict[str, Any]:
-    """What else defines a cell (enters its file key)."""
+    """What else defines a cell (enters its file key): the same on every machine, so a
+    study folder copied elsewhere, or run again with its data moved, is reused. No path
+    enters it (not the data's, not ``--out``, the caches or the truth cache): the data by
+    content (:func:`~imsearch_align.study.data.data_identity`), the distractors as
+    :func:`_distractors` says."""
+    from imsearch_align.study.data import data_identity
+
     return {
-        "dataset_params": cfg.dataset_params,
+        "data": data_identity(cfg.dataset_params),
         "encoders": [
             cfg.image_encoder,
             cfg.image_encoder_params,
@@ -305,5 +311,25 @@ def _identity(spec: StudySpec, cfg: Any, src: Any, prep: Any) -> dict[str, Any]:
         "seed": cfg.seed,
         "queries": len(prep.query_ids),
         "batch": spec.batch,
-        "distractors": src.record(),
+        "distractors": _distractors(src),
     }
+
+
+def _distractors(src: Any) -> dict[str, Any]:
+    """The distractor source as it enters a cell's key: its record (a file by its name and
+    the SHA-256 of its bytes), less what another machine computes otherwise from the same
+    inputs. Synthetic rows by their count, seed and components, not by their fitted
+    model's bytes (the data and encoders they are fitted to are in the key; another BLAS,
+    CPU or encoder kernel fits other low bits); an encoder without the version
+    of a local weights folder (``@local-...``: its files' sizes and times, other on each
+    copy; a Hub revision, ``@rev-...``, is kept)."""
+    from imsearch_align.collection.synthetic import SyntheticSource
+
+    rec = dict(src.record())
+    if isinstance(src, SyntheticSource):
+        rec.pop("model", None)
+        rec.pop("name", None)  # synthetic:<the model's fingerprint>:seed<seed>
+    enc = rec.get("encoder")
+    if isinstance(enc, str) and enc.rpartition("@")[2].startswith("local-"):
+        rec["encoder"] = enc.rpartition("@")[0]
+    return rec

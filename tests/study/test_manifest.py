@@ -13,6 +13,7 @@ import shutil
 import subprocess
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from imsearch_align.experiment import study_cell
@@ -117,9 +118,11 @@ def test_no_file_of_the_study_holds_a_path_of_this_machine(study):
         assert not any(m.encode() in data for m in marks), p.name
     cell = json.loads(_cell_files(out)[0].read_text())
     assert cell["command"][cell["command"].index("--embeddings") + 1] == "<outside>/emb"
-    assert set(cell["config"]["dataset_params"].values()) == {
-        "<outside>/image.npy", "<outside>/text.npy", "<outside>/text_image.npy",
-    }  # fmt: skip
+    # the data by content, not by where it was (the key is the hash of this)
+    assert cell["config"]["data"] == {"params": {}, "files": {
+        "image_path": _sha(tmp / "emb" / "image.npy"), "text_path": _sha(tmp / "emb" / "text.npy"),
+        "text_image": _sha(tmp / "emb" / "text_image.npy"),
+    }}  # fmt: skip
 
 
 def test_a_rerun_with_skip_existing_reuses_every_cell_and_adds_a_manifest(tmp_path):
@@ -140,6 +143,129 @@ def test_a_rerun_with_skip_existing_reuses_every_cell_and_adds_a_manifest(tmp_pa
     assert [c["file"] for c in two["cells"]] == [c["file"] for c in one["cells"]]
     assert all(c["written"] for c in one["cells"]) and not any(c["written"] for c in two["cells"])
     assert verify_manifest(out) == []
+
+
+# -- the cell's key: the same on every machine ----------------------------------------------
+
+
+def _copy_data(tmp: Path, to: Path) -> Path:
+    shutil.copytree(tmp / "emb", to)
+    return to
+
+
+def test_the_same_study_from_other_folders_writes_the_same_cell_files(study, tmp_path):
+    """Data, ``--out``, truth cache and embedding cache elsewhere: the same file names, the
+    filtered and concurrency cells' too (two machines name one study's cells alike)."""
+    tmp, out, _, _ = study
+    other = tmp_path / "second" / "machine"
+    spec = _spec(tmp_path, cache_dir=str(other / "cache")).replace(
+        embeddings=str(_copy_data(tmp, other / "vectors")), out=str(other / "results"),
+        truth_cache=str(other / "truth"),
+    )  # fmt: skip
+    again = run_study(spec, progress=False)
+    assert again.exit_code == 0
+    names = [p.name for p in _cell_files(out)]
+    assert [p.name for p in _cell_files(other / "results")] == names
+    assert any(n.startswith("filtered-") for n in names)
+    assert any(n.startswith("concurrency-") for n in names)
+
+
+def test_a_study_folder_copied_elsewhere_with_its_data_is_reused_whole(study, tmp_path):
+    """The folder and its data moved (another machine): ``--skip-existing`` rewrites no cell
+    and builds nothing, with an empty truth cache and another embedding cache."""
+    tmp, out, _, _ = study
+    moved = tmp_path / "elsewhere"
+    shutil.copytree(out, moved / "study")
+    cells = _cell_files(moved / "study")
+    before = {p.name: (_sha(p), p.stat().st_mtime_ns) for p in cells}
+    spec = _spec(moved, skip_existing=True, cache_dir=str(moved / "cache")).replace(
+        embeddings=str(_copy_data(tmp, moved / "data"))
+    )
+    log = io.StringIO()
+    again = run_study(spec, progress=False, log=log)
+    assert again.exit_code == 0 and len(again.all_cells) == len(before)
+    assert "reused" in log.getvalue() and "deployable setting" not in log.getvalue()
+    assert {p.name: (_sha(p), p.stat().st_mtime_ns) for p in cells} == before
+    assert not any(c["written"] for c in _manifests(moved / "study")[-1]["cells"])
+    assert verify_manifest(moved / "study") == []
+
+
+def test_embeddings_of_other_content_under_the_same_names_are_other_cells(study, tmp_path):
+    tmp, out, _, _ = study
+    emb = _copy_data(tmp, tmp_path / "emb")
+    X = np.load(emb / "image.npy")
+    X[0] = X[1]  # one image row changed: the same file name, other data
+    np.save(emb / "image.npy", X)
+    spec = _spec(tmp_path).replace(sizes=(0,), filters=(), concurrency=())
+    other = {p.name for p in _cell_files(Path(run_study(spec, progress=False).spec.out))}
+    assert other and not other & {p.name for p in _cell_files(out)}
+    # the same cells (dataset, method, store, index, size), under other keys
+    assert {n.rsplit("_", 1)[0] for n in other} <= {p.name.rsplit("_", 1)[0] for p in
+                                                     _cell_files(out)}  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "flags",
+    [{"shapes": 120}, {"data": "flickr"}, {"embeddings": "emb"}],
+    ids=["shapes", "data", "embeddings"],
+)
+def test_the_data_in_a_cell_key_holds_no_path(tmp_path, flags):
+    """``--shapes``: ``(n, seed)`` fix the images, the root only caches them; ``--data``: the
+    dataset's name and split parameters; ``--embeddings``: each file's SHA-256."""
+    from imsearch_align.experiment.study_cell import absolute_paths
+    from imsearch_align.study.data import data_identity, dataset_spec
+
+    def identity(at: Path) -> dict:
+        (at / "flickr").mkdir(parents=True)
+        (at / "emb").mkdir()
+        write_cone_pairs(at / "emb", 20)
+        kw = {k: str(at / v) if isinstance(v, str) else v for k, v in flags.items()}
+        _, params, _ = dataset_spec(**kw, shapes_root=str(at / "shapes"))
+        assert absolute_paths(params)  # where the data is ...
+        return data_identity(params)  # ... and what it is
+
+    one, two = identity(tmp_path / "a"), identity(tmp_path / "b" / "c")
+    assert one == two and absolute_paths(one) == []
+    if "shapes" in flags:
+        assert one == {"params": {"n_images": 120, "seed": 0}}
+    if "embeddings" in flags:
+        assert set(one["files"]) == {"image_path", "text_path", "text_image"}
+
+
+def test_synthetic_distractors_enter_the_key_by_what_fixes_them_not_their_fitted_bytes():
+    """Another machine fits the same rows to other low bits (another BLAS, CPU, encoder
+    kernel), and a local encoder's version is its files' times: neither enters the key;
+    the count, the seed and the encoder's id do."""
+    from imsearch_align.collection.synthetic import MixtureModel, SyntheticSource
+    from imsearch_align.study.run import _distractors
+
+    rows = np.random.default_rng(0).standard_normal((400, 8))
+    here = MixtureModel.fit(rows, seed=0, encoder="enc:v1@local-0123456789ab")
+    there = MixtureModel.fit(rows * (1 + 1e-12), seed=0, encoder="enc:v1@local-ba9876543210")
+    assert here.fingerprint != there.fingerprint
+
+    def key(model, n=100, seed=0):
+        return _distractors(SyntheticSource(model, n, seed=seed, modality="image"))
+
+    assert key(here) == key(there) and key(here)["encoder"] == "enc:v1"
+    assert key(here, n=99) != key(here) != key(here, seed=1)
+    hub = MixtureModel.fit(rows, seed=0, encoder="enc:v1@rev-abc")
+    assert key(hub)["encoder"] == "enc:v1@rev-abc"  # a Hub revision names the weights
+
+
+def test_a_distractor_file_is_keyed_by_its_content_not_its_place(tmp_path):
+    from imsearch_align.collection.files import open_file
+
+    rows = np.random.default_rng(0).standard_normal((5, 4)).astype(np.float32)
+    for d in ("a", "b"):
+        (tmp_path / d).mkdir()
+        np.save(tmp_path / d / "d.npy", rows)
+    rec = [open_file(tmp_path / d / "d.npy", encoder="e", modality="image").record()
+           for d in ("a", "b")]  # fmt: skip
+    assert rec[0] == rec[1] and rec[0]["name"] == "d.npy" and "sha256" in rec[0]
+    np.save(tmp_path / "b" / "d.npy", rows[::-1])  # regenerated in place
+    changed = open_file(tmp_path / "b" / "d.npy", encoder="e", modality="image").record()
+    assert changed["sha256"] != rec[0]["sha256"]
 
 
 def test_verify_names_a_changed_a_missing_and_an_unlisted_cell(study, tmp_path):

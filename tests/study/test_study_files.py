@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from imsearch_align.cli.app import build_parser
+from imsearch_align.experiment.study_cell import portable_paths
 from imsearch_align.study import StudySpec
 from imsearch_align.study.flags import spec_mapping
 
@@ -16,13 +17,18 @@ ROOT = Path(__file__).resolve().parents[2]
 STUDIES = ROOT / "benchmarks" / "studies"
 
 
-def _recorded_spec(folder: Path) -> StudySpec:
-    """The spec of the command the folder's first cell recorded."""
-    cell = json.loads(next(sorted(folder.glob("*.json")).__iter__()).read_text())
+def _first_cell(folder: Path) -> dict:
+    return json.loads(sorted(folder.glob("*.json"))[0].read_text())
+
+
+def _recorded_spec(folder: Path, cell: dict | None = None) -> StudySpec:
+    """The spec of the command the folder's first cell (or ``cell``) recorded."""
+    cell = _first_cell(folder) if cell is None else cell
     argv = [a for a in cell["command"][2:] if a != "--no-progress"]
     args = build_parser().parse_args(["study", *argv])
     mapping = spec_mapping(args)
-    mapping["out"] = str(Path(*Path(mapping["out"]).parts[-3:]))  # benchmarks/results/NAME
+    # benchmarks/results/NAME: an old cell recorded the absolute folder, a new one "--out ."
+    mapping["out"] = str(folder.relative_to(ROOT))
     return StudySpec.from_dict(mapping)
 
 
@@ -48,3 +54,20 @@ def test_every_study_file_loads():
     for path in sorted(STUDIES.glob("*.yaml")):
         spec = StudySpec.from_file(path)
         assert spec.index_settings() and spec.command()[:2] == ["imsearch-align", "study"]
+
+
+@pytest.mark.parametrize("name", ["default", "production"])
+def test_a_cell_written_portable_records_the_same_study(name):
+    """Cells written from now on hold no absolute path (``--out .``, ``<outside>/shapes``):
+    the recorded spec is the same as from the committed cells, but for the machine's
+    folders."""
+    folder = ROOT / "benchmarks" / "results" / f"collection_{name}"
+    old = _recorded_spec(folder)
+    cell = _first_cell(folder)
+    written_at = cell["command"][cell["command"].index("--out") + 1]  # as the writer now does
+    portable = portable_paths(cell, written_at)
+    assert portable["command"][portable["command"].index("--out") + 1] == "."
+    new = _recorded_spec(folder, portable)
+    places = {"shapes_root": old.shapes_root, "cache_dir": old.cache_dir,
+              "truth_cache": old.truth_cache}  # fmt: skip
+    assert new.replace(**places) == old
