@@ -31,6 +31,8 @@ class BuildState:
     #: The wait for the segment count to settle after the build (None: the store does not
     #: tell its segments; :func:`~imsearch_align.collection.passes.wait_settled`).
     settled: dict[str, Any] | None = None
+    #: The control queries' exact truth on this build's collection (None: no controls).
+    control_truth: Any = None
 
 
 @dataclass(frozen=True)
@@ -46,6 +48,7 @@ class BuildJob:
         grid: the search-time settings swept on it.
         truth_of: the collection's exact truth from its documents' stream digest.
         state: the build while it is up.
+        control_truth_of: the control queries' exact truth, likewise (``--control``).
     """
 
     prep: Prepared
@@ -56,3 +59,5 @@ class BuildJob:
     grid: list[dict[str, int]]
     truth_of: Callable[[str], Any]
     state: BuildState = field(default_factory=BuildState)
+    #: The control queries' exact truth from the documents' digest (None: no controls).
+    control_truth_of: Callable[[str], Any] | None = None

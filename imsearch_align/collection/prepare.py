@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import re
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -52,6 +52,11 @@ class Prepared:
     qrels: Any
     n_support: int
     fit_s: float
+    #: Support ids the method was fitted on, per modality (``image``, ``text``).
+    fitted_ids: dict[str, np.ndarray] = field(default_factory=dict)
+    #: In-distribution control queries (``--control``;
+    #: :class:`~imsearch_align.collection.control.Controls`), else None.
+    controls: Any = None
 
     @property
     def doc_modality(self) -> str:
@@ -118,8 +123,9 @@ def prepare(
     docs = _aligned(fn[doc_mod], study.embedding_rows(ds, prov[doc_mod], doc_mod, doc_ids, **kw))
     queries = _aligned(fn[q_mod], study.embedding_rows(ds, prov[q_mod], q_mod, qids, **kw))
     return Prepared(
-        direction, method, doc_ids, docs, qids, queries, _restrict(qrels, qids), len(txt_ids), fit_s
-    )
+        direction, method, doc_ids, docs, qids, queries, _restrict(qrels, qids), len(txt_ids),
+        fit_s, {"image": np.asarray(img_ids), "text": np.asarray(txt_ids)},
+    )  # fmt: skip
 
 
 def distractor_source(

@@ -178,6 +178,12 @@ class DistractorSource(ABC):
             )
         return np.ascontiguousarray(block, dtype=np.float32)
 
+    def rows(self, start: int, stop: int) -> tuple[np.ndarray, np.ndarray]:
+        """``(ids, rows)`` of rows ``[start, stop)``, checked as :meth:`blocks` checks them."""
+        if not 0 <= start <= stop <= self.n_rows:
+            raise ValueError(f"rows: [{start}, {stop}) is outside [0, {self.n_rows})")
+        return self.ids(start, stop), self._checked_block(start, stop)
+
     def _checked_block(self, start: int, stop: int) -> np.ndarray:
         block = self._read_float32(start, stop)
         if not self._checked:

@@ -1,34 +1,26 @@
 """The collection study's cells: one store, index setting and collection size, measured.
 
-A *cell* is one row of the study (``benchmarks/collection.py``): a fitted
-method and direction (:class:`~imsearch_align.collection.prepare.Prepared`),
-a collection (the split's documents plus the first ``size`` distractors, a
-:class:`~imsearch_align.collection.aligned.CollectionBlocks`), a store's
-index built with one set of build-time parameters, and one search-time
-setting. :class:`CellRunner` runs every search setting of an
-:class:`~imsearch_align.collection.settings.IndexSetting` on one build when
-the store is :class:`~imsearch_align.framework.interfaces.TunableSearch`
-(its ``build_count`` recorded), else one build per setting (``rebuilt``);
-quality comes from the returned ids against the collection's exact truth
-(:func:`~imsearch_align.collection.recall.compare_measures`, exact and
-approximate side by side, and ANN recall), never from the store's scores
-alone (quantised indexes report approximate ones).
+A *cell* is one row of the study: a fitted method and direction
+(:class:`~imsearch_align.collection.prepare.Prepared`), a collection (the
+split's documents plus the first ``size`` distractors, a
+:class:`~imsearch_align.collection.aligned.CollectionBlocks`), a store's index
+built with one set of build-time parameters, and one search-time setting.
+:class:`CellRunner` runs every search setting of an
+:class:`~imsearch_align.collection.settings.IndexSetting` on one build when the
+store is :class:`~imsearch_align.framework.interfaces.TunableSearch`, else one
+build per setting (``rebuilt``); its speed from timed passes
+(:mod:`~imsearch_align.collection.passes`), its quality from the returned ids
+against the collection's exact truth, with intervals
+(:mod:`~imsearch_align.collection.intervals`), per query beside it
+(:mod:`~imsearch_align.collection.per_query`), and with ``--control`` the
+control queries' recall (:mod:`~imsearch_align.collection.control`).
 
-Each cell is one JSON file in the output folder (``kind:
-"collection_scale"``, the fields of :mod:`imsearch_align.experiment.study_cell`),
-written atomically under a name holding the cell's settings and a key of its
-whole configuration (:func:`cell_path`), so no two configurations share a
-file; with ``skip_existing`` a clean file of the same configuration is
-reused, and a build whose every cell is reused is not built.
-
-With a :class:`~imsearch_align.collection.filtered_study.FilterPlan`
-(``filters=``), the collection is inserted with its ``category`` attribute;
-with it or a :class:`~imsearch_align.collection.extras.ConcurrencyPlan`
-(``concurrency=``), each build's deployable setting is then measured under
-filters (``kind: "filtered"``, one per selectivity) and concurrent clients
-(``kind: "concurrency"``, one per level) on the same built index
-(:func:`~imsearch_align.collection.extras.measure_extras`), kept in
-:attr:`CellRunner.filtered_cells` and :attr:`CellRunner.concurrency_cells`.
+Each cell is one JSON file (``kind: "collection_scale"``, written through
+:mod:`imsearch_align.experiment.study_cell`) named by its settings and a key
+of its configuration (:func:`cell_path`); ``skip_existing`` reuses a clean
+one, and a build whose every cell is reused is not built. Filtered and
+concurrency cells are measured on each build's deployable setting
+(:func:`~imsearch_align.collection.extras.measure_extras`).
 """
 
 from __future__ import annotations
@@ -48,6 +40,7 @@ from imsearch_align.collection.cell_files import (
 )
 from imsearch_align.collection.cell_records import cell_head as _cell_head
 from imsearch_align.collection.cell_records import cell_label as _label
+from imsearch_align.collection.control import measure_control
 from imsearch_align.collection.extras import measure_extras
 from imsearch_align.collection.intervals import cell_intervals, judged_clusters
 from imsearch_align.collection.measure import harness_memory, insert_collection, open_store
@@ -137,6 +130,7 @@ class CellRunner:
         base: CellBase,
         s: IndexSetting,
         truth_of: Callable[[str], Any],
+        control_truth_of: Callable[[str], Any] | None = None,
     ) -> list[dict[str, Any]]:
         """Every search setting of ``s`` on ``coll``: the cells, written (or reused).
 
@@ -153,11 +147,15 @@ class CellRunner:
         cells: list[dict[str, Any] | None] = [
             load_clean(p) if self.skip_existing else None for p in paths
         ]
+        if control_truth_of is not None:  # a cell measured without controls is measured again
+            cells = [c if c is None or "control" in c else None for c in cells]
         for c in cells:
             if c is not None:
                 self.say(f"  reused {_label(c)}")
                 self.cells.append(c)
-        job = BuildJob(prep, coll, base, s, build, grid, truth_of)
+        job = BuildJob(
+            prep, coll, base, s, build, grid, truth_of, control_truth_of=control_truth_of
+        )
         state = job.state
         fresh: list[int] = []  # measured now, on the build still up at the end
         try:
@@ -235,6 +233,8 @@ class CellRunner:
             attributes=self.filters and self.filters.inserts(store, prep, coll),
         )  # fmt: skip
         state.stats, state.truth = stats, job.truth_of(stats.digest)
+        if job.control_truth_of is not None:
+            state.control_truth = job.control_truth_of(stats.digest)
         # a server compacting or re-indexing small segments after the load: wait (bounded)
         state.settled = wait_settled(store, name)
         if state.settled is not None and not state.settled["settled"]:
@@ -326,6 +326,10 @@ class CellRunner:
             "command": list(base.command),
             PENDING: frame,  # written beside the cell by write()
         }
+        if state.control_truth is not None:
+            cell["control"] = measure_control(
+                store, name, prep.controls, state.control_truth, k, self.batch
+            )
         order = "back to back" if self.repeats > 1 and not tunable else "interleaved"
         apply_passes(cell, passes, self.repeats, order, state.cpu.what)
         cell["timing"]["settled"] = state.settled

@@ -65,6 +65,8 @@ def cells_frame(
         row.update(_interval_columns(c, f"{d}/HitRate@{kmax}", f"HitRate@{kmax}"))
         row["deploy"] = mark
         row[f"ann_recall@{kmax}"] = m.get(f"{d}/ann_recall@{kmax}")
+        if c.get("control"):  # --control: the in-distribution queries' recall at this setting
+            row[f"control ann_recall@{kmax}"] = (c["control"].get("ann_recall") or {}).get("mean")
         row["q/s"] = c.get("queries_per_s")
         span = c.get("queries_per_s_range") or [None, None]
         row["q/s min"], row["q/s max"] = span[0], span[1]

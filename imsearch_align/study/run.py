@@ -24,6 +24,7 @@ from typing import Any, TextIO
 import numpy as np
 
 from imsearch_align.collection import CollectionBlocks, DistractorError, exact_truth
+from imsearch_align.collection.control import ControlError, control_queries
 from imsearch_align.collection.extras import ConcurrencyPlan
 from imsearch_align.collection.filtered_study import FilterPlan
 from imsearch_align.collection.geometry_report import distractor_report
@@ -218,6 +219,15 @@ def _run(
                 cfg = base.replace(method=method, n_support=n, method_params=mp)
                 say(f"fitting {method} (N={n or 'all'}) for {direction}")
                 prep = prepare(cfg, study, direction, spec.query_count(), progress=progress)
+                if spec.control:
+                    try:
+                        prep.controls = control_queries(
+                            study, cfg, prep, src, after_rows=max(sizes), seed=spec.seed,
+                            progress=progress,
+                        )  # fmt: skip
+                    except ControlError as exc:
+                        raise StudySpecError(str(exc)) from None
+                    say(f"  control queries: {prep.controls.source}")
                 if max(sizes) > 0:
                     reports.append(_geometry(study, cfg, prep, src, method, direction, say))
                     atomic_write(Path(spec.out) / "distractors.md", "\n".join(reports))
@@ -258,11 +268,22 @@ def _collection(
             )  # fmt: skip
         return truths[digest]
 
+    controls = prep.controls
+
+    def control_truth_of(digest: str) -> Any:
+        key = "control:" + digest
+        if key not in truths:
+            truths[key] = exact_truth(
+                controls.queries, controls.ids, coll, k, cache_dir=spec.truth_cache,
+                docs_digest=digest, block_rows=spec.block_rows,
+            )  # fmt: skip
+        return truths[key]
+
     for s in settings:
         if s.store in result.unreachable or (s.max_size is not None and size > s.max_size):
             continue
         try:
-            runner.run(prep, coll, cb, s, truth_of)
+            runner.run(prep, coll, cb, s, truth_of, control_truth_of if controls else None)
         except StoreUnavailableError as exc:
             result.unreachable[s.store] = str(exc)
             say(f"  {s.store} unreachable ({exc}); its other cells are not run")

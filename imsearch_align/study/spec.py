@@ -99,6 +99,11 @@ class StudySpec:
     concurrency_warmup: float = _f(
         1.0, "seconds each concurrency level searches unmeasured first", "S"
     )
+    control: bool = _f(
+        False,
+        "also search every built index with as many in-distribution control queries "
+        "of the indexed modality (in no collection, no test query): the cross-modal cost",
+    )
     deploy_delta: float = _f(
         0.01, "how far below exact (at 95 %) a deployable setting's HitRate may be", "D"
     )
