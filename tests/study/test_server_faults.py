@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import pytest
 
+import imsearch_align.collection.passes as passes
 import imsearch_align.collection.study as cell_study
 from imsearch_align.study import StudySpec, run_study
 from imsearch_align.testing.scripts import write_cone_pairs
@@ -26,7 +27,7 @@ def test_a_restart_during_the_timed_searches_makes_the_cell_degraded(
     searches wait it out and answer, and the cell is degraded, naming the outage, and the
     study exits 1; run again with --skip-existing on a quiet server it is measured again
     and ok."""
-    real = cell_study.search_latency
+    real = passes.search_latency
     restarted = []
 
     def restart_then_time(store, name, *args, **kw):
@@ -35,7 +36,7 @@ def test_a_restart_during_the_timed_searches_makes_the_cell_degraded(
             restarted.append(name)
         return real(store, name, *args, **kw)
 
-    monkeypatch.setattr(cell_study, "search_latency", restart_then_time)
+    monkeypatch.setattr(passes, "search_latency", restart_then_time)
     (tmp_path / "emb").mkdir()
     emb = write_cone_pairs(tmp_path / "emb", 60)
     spec = StudySpec(embeddings=str(emb), stores=("milvus",), uri=own_lite_server.uri,
@@ -52,3 +53,42 @@ def test_a_restart_during_the_timed_searches_makes_the_cell_degraded(
     again = run_study(spec.replace(skip_existing=True), progress=False)
     assert again.cells[0]["status"]["state"] == "ok"  # measured again, not reused
     assert again.exit_code == 0
+
+
+@pytest.mark.slow
+def test_a_collection_left_by_a_killed_run_does_not_block_a_rerun_on_milvus_235(
+    milvus_standalone: ServerHandle, tmp_path, monkeypatch
+):
+    """Issue 36: after kill -9 mid-study the half-built collection blocked every rerun
+    with a traceback. Run 1 leaves its collection on the real 2.3.5 server (its drop
+    never runs, as after kill -9); run 2 of the same config runs clean beside it and
+    never touches it (another run's collection is not this run's to drop)."""
+    from imsearch_align.adapters.milvus import MilvusStore
+
+    server = MilvusStore(uri=milvus_standalone.uri)
+    before = set(server.list_collections())
+    (tmp_path / "emb").mkdir()
+    emb = write_cone_pairs(tmp_path / "emb", 60)
+    spec = StudySpec(embeddings=str(emb), stores=("milvus",), uri=milvus_standalone.uri,
+                     index=("milvus:FLAT",), methods=("procrustes",), sizes=(0,), queries=20,
+                     latency_queries=3, repeats=1, out=str(tmp_path / "o"),
+                     truth_cache=str(tmp_path / "t"))  # fmt: skip
+    with monkeypatch.context() as m:
+
+        def close_without_drop(self, state):  # kill -9: the drop never runs
+            store, state.store = state.store, None
+            if store is not None:
+                store.close()
+
+        m.setattr(cell_study.CellRunner, "close", close_without_drop)
+        first = run_study(spec, progress=False)
+    left = set(server.list_collections()) - before
+    assert first.exit_code == 0 and len(left) == 1, left
+    again = run_study(spec.replace(out=str(tmp_path / "o2")), progress=False)
+    try:
+        assert again.exit_code == 0 and again.cells[0]["status"]["state"] == "ok"
+        assert set(server.list_collections()) - before == left  # its own dropped, not the other
+    finally:
+        for name in left:
+            server.drop_collection(name, force=True)
+        server.close()
