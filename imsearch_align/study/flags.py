@@ -57,7 +57,10 @@ def add_spec_flags(g: Any) -> None:
     hints = typing.get_type_hints(StudySpec)
     for f in dataclasses.fields(StudySpec):
         tp, meta = _base_type(hints[f.name]), f.metadata
-        kw: dict[str, Any] = {"help": meta.get("help"), "default": argparse.SUPPRESS}
+        kw: dict[str, Any] = {
+            "help": (meta.get("help") or "").replace("%", "%%") or None,
+            "default": argparse.SUPPRESS,
+        }  # argparse formats help with %
         flag = "--" + f.name.replace("_", "-")
         if typing.get_origin(tp) in (Mapping, dict) or tp is Mapping:
             flag = "--method-param"

@@ -246,3 +246,11 @@ def test_sigterm_keeps_the_finished_cells_prints_the_table_and_exits_143(tmp_pat
     assert "1/1 cells ok" in stdout and "interrupted after" in stdout
     assert "terminated (SIGTERM)" in stderr and "--skip-existing" in stderr
     assert len(list(out.glob("image_*.json"))) == 1 and (out / "collection.csv").is_file()
+
+
+def test_the_study_help_prints_every_flag(capsys):
+    """argparse formats help texts with %: a field's help holding one ("95 %") must not
+    crash --help."""
+    assert main(["study", "--help"]) == 0
+    out = capsys.readouterr().out
+    assert "--deploy-delta" in out and "95 %" in out and "--repeats" in out and "--control" in out
