@@ -26,9 +26,13 @@ build's costs and speeds), :mod:`.build` (a build's job and state),
 within the dataset's own class labels), :mod:`.extras` (filtered and
 concurrent search on each build's deployable setting),
 :mod:`.geometry_report` (the distractors beside the split,
-``distractors.md``); :mod:`.cost_model` (a Milvus cluster for 10M and 100M
-vectors) and :mod:`.cost_inputs` (its measured inputs, read from a study's
-cells).
+``distractors.md``); :mod:`.passes`, :mod:`.intervals`, :mod:`.deploy`,
+:mod:`.per_query` and :mod:`.control` (timed passes, intervals, the deploy
+rules, per-query tables, control queries); :mod:`.cost_model` (a Milvus
+cluster for 10M and 100M vectors, with bands) on :mod:`.cost_formulas`,
+:mod:`.cost_rates`, :mod:`.cost_figures`, :mod:`.cost_prices` and
+:mod:`.cost_report`, its measured inputs read from a study's cells by
+:mod:`.cost_inputs` and :mod:`.cost_cells`.
 
 How to build a collection, check distractors, compute its truth and score
 an ANN run by hand is in ``docs/collection-study.md`` ("The collection by

@@ -1,335 +1,341 @@
-"""The measured inputs of the cost model, derived from a collection study's cells.
+"""The measured inputs of the cost model, derived from collection studies' cells.
 
-:func:`inputs_from_cells` reads a results folder of
-``benchmarks/collection.py`` (one JSON per cell) and returns the layout of
-``imsearch_align/data/scale_out_inputs.json``, which
-:meth:`~imsearch_align.collection.cost_model.MeasuredInputs.from_dict` reads.
-Only clean cells (``status.state`` ok) of one store count:
+:func:`inputs_from_cells` reads results folders of ``imsearch-align study`` (one JSON
+per cell; :mod:`.cost_cells`) and returns the layout of
+``imsearch_align/data/scale_out_inputs.json`` (:mod:`.cost_figures`). Only clean cells
+of one store count; repeats of one measurement (the same setting in several folders,
+a cell's counted passes) give each figure its median and its low-high band:
 
-- ``search_qps[type]``: at the largest collection of that index type, the
-  deployable setting (:func:`~imsearch_align.collection.deploy.deploy_index`:
-  the fastest batched q/s with ANN recall@k >= 0.9, else the most accurate);
-- ``build_rows_per_s[type]``: that cell's rows over its build seconds (FLAT
-  builds nothing and has none);
-- ``insert_rows_per_s``: the median insert of the builds at the largest size;
-- ``concurrency``: the concurrency cells of one build (the largest size, an
-  IVF_FLAT or HNSW index first), clients ascending;
-- ``standalone_peak_rss_bytes``: the largest server RSS (``memory.kind``
-  ``server_rss``) a cell recorded.
+- ``search_qps[type].batched``: at the largest collection of the type, the deployable
+  setting (:func:`~imsearch_align.collection.deploy.deploy_index` on the repeats'
+  median q/s), with the task quality it was measured at and what bounded it
+  (:func:`~imsearch_align.collection.cost_cells.bound`);
+- ``search_qps[type].single``: the plateau of the type's concurrency cells (the levels
+  within 90 % of the highest) at its largest size: one query per request;
+- ``build_rows_per_s[type]``: rows over the build without the load wait (``build_s -
+  load_s``); ``load_rows_per_s[type]``: rows over ``load_s`` (a wait of 1 s or more);
+- ``insert_rows_per_s``: the builds at the largest size, in rows/s of the median one's
+  dimension (the others scaled by row bytes);
+- ``concurrency``: one build's curve (the largest size, IVF_FLAT or HNSW first);
+- ``server_memory_ratio``: per build at the largest size, the largest server RSS a cell
+  read over the memory formula;
+- ``core_scaling`` and ``segment_mb`` are not in cells: kept from ``previous``.
 
-Each figure's ``source`` says what was measured and ends with the cell's
-file name. A figure the folder lacks is kept from ``previous`` (the old
-inputs) with its source prefixed :data:`KEPT`; an index type absent from
-both stands in with the nearest measured type's figure, saying so.
+A figure the folders lack is kept from ``previous`` (source prefixed :data:`KEPT`)
+when it was measured there; otherwise it is ``value: null`` with a source that starts
+:data:`NOT_MEASURED` and names the command that measures it. No stand-ins.
 """
 
 from __future__ import annotations
 
-import json
-import math
-import re
 import shlex
+import statistics
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from imsearch_align.collection.cost_model import INDEX_TYPES
+from imsearch_align.collection import cost_cells as cc
+from imsearch_align.collection.cost_figures import DEFAULT_SEGMENT_MB, INDEX_TYPES, MODES
+from imsearch_align.collection.cost_formulas import IndexSpec, memory_per_replica
 from imsearch_align.collection.deploy import deploy_index
-from imsearch_align.experiment.study_cell import CellError, load_cell
+from imsearch_align.framework.secrets import redact_uris
 
-__all__ = ["KEPT", "NoCellsError", "inputs_from_cells", "read_cells"]
+__all__ = ["KEPT", "NOT_MEASURED", "NoCellsError", "inputs_from_cells", "measure_command"]
 
-#: Prefix of the source of a figure kept from the previous inputs.
 KEPT = "kept from the previous inputs: "
-#: Index types a missing type stands in with, nearest first.
-_NEAREST = {
-    "FLAT": ("IVF_FLAT", "IVF_SQ8", "IVF_PQ", "HNSW"),
-    "IVF_FLAT": ("IVF_SQ8", "IVF_PQ", "FLAT", "HNSW"),
-    "IVF_SQ8": ("IVF_FLAT", "IVF_PQ", "FLAT", "HNSW"),
-    "IVF_PQ": ("IVF_SQ8", "IVF_FLAT", "FLAT", "HNSW"),
-    "HNSW": ("IVF_FLAT", "IVF_SQ8", "IVF_PQ", "FLAT"),
+NOT_MEASURED = "not measured: "
+#: Each index type as the study's ``--index`` measures it at 1M (HNSW where its index, not
+#: the RPC path, bounds q/s; FLAT at 100k, the study's exact ceiling).
+_INDEX = {
+    "FLAT": ("milvus:FLAT", 100_000),
+    "IVF_FLAT": ("milvus:IVF_FLAT:nlist=1024,nprobe=4,16,64", 1_000_000),
+    "IVF_SQ8": ("milvus:IVF_SQ8:nlist=1024,nprobe=4,16,64", 1_000_000),
+    "IVF_PQ": ("milvus:IVF_PQ:nlist=1024,m=48,nprobe=4,16,64", 1_000_000),
+    "HNSW": ("milvus:HNSW:M=16,efConstruction=100,ef=16,64,128", 1_000_000),
 }
-_STORE_NAMES = {"milvus": "Milvus", "milvus-lite": "Milvus Lite", "faiss": "FAISS"}
 _GIB = 2**30
-
-Cell = tuple[str, dict[str, Any]]
 
 
 class NoCellsError(ValueError):
     """The folder holds no clean cell of the store."""
 
 
-def _get(d: Mapping[str, Any] | None, path: str) -> Any:
-    """``d["a"]["b"]`` for ``"a.b"``; None where a level is missing."""
-    for key in path.split("."):
-        if not isinstance(d, Mapping):
-            return None
-        d = d.get(key)
-    return d
+def measure_command(kind: str, what: str) -> str:
+    """The command that measures ``what`` of ``kind`` (``single``, ``batched``, ``build``,
+    ``load``, ``cores``), then the one that stores it."""
+    if what == "cores":
+        return (f"python benchmarks/scale_out.py --measure-cores --index {kind} "
+                "--server-cores 0 0,1 --client-cores 2,3 --write")  # fmt: skip
+    index, rows = _INDEX[kind]
+    conc = " --concurrency 1 2 4 8 16" if what == "single" else ""
+    out = f"benchmarks/results/collection_{kind.lower()}"
+    return (
+        f"imsearch-align study --shapes 10000 --shapes-root DIR --methods procrustes "
+        f"--stores milvus --uri http://HOST:19530 --sizes {rows} --index {index}{conc} "
+        f"--out {out}; then python benchmarks/scale_out.py FOLDERS... {out} --write"
+    )
 
 
-def read_cells(folder: str | Path, store: str) -> list[Cell]:
-    """The clean ``collection_scale`` and ``concurrency`` cells of ``store`` in
-    ``folder``, as ``(file name, cell)`` in file-name order."""
+def _not_measured(kind: str, what: str, why: str) -> dict[str, Any]:
+    return {"value": None, "source": f"{NOT_MEASURED}{why}; measure: {measure_command(kind, what)}"}
 
-    out = []
-    for path in sorted(Path(folder).glob("*.json")):
-        try:
-            cell = load_cell(path)
-        except CellError as exc:
-            if '"kind"' in path.read_text(encoding="utf-8", errors="replace")[:4096]:
-                raise ValueError(f"cell {path.name}: {exc}") from None  # a cell, unreadable
-            continue  # not a cell (a CSV's sidecar, a result)
-        data = dict(cell.record)
-        if cell.ok and cell.kind in ("collection_scale", "concurrency") and cell.store == store:
-            _check_figures(path, data)
-            out.append((path.name, data))
+
+def _largest(cells: list[cc.Cell], kind: str, itype: str) -> list[cc.Cell]:
+    """The cells of ``kind`` and index type at that type's largest collection."""
+    of = [(n, c) for n, c in cells if c.get("kind") == kind and cc.itype(c) == itype]
+    top = max((cc.size(c) for _, c in of), default=0)
+    return [(n, c) for n, c in of if cc.size(c) == top and top]
+
+
+def _groups(cells: list[cc.Cell], key: Any) -> dict[str, list[cc.Cell]]:
+    out: dict[str, list[cc.Cell]] = {}
+    for n, c in cells:
+        out.setdefault(key(c), []).append((n, c))
     return out
 
 
-#: The figures of a cell the inputs are derived from: each a finite number >= 0 when given.
-_FIGURES = ("queries_per_s", "timings.insert_s", "timings.build_s", "timings.load_s",
-            "memory.bytes", "collection.size", "concurrency")  # fmt: skip
-
-
-def _check_figures(path: Path, cell: Mapping[str, Any]) -> None:
-    """Refuse a cell whose timing, rate or size is negative or not finite, naming it."""
-    for name in _FIGURES:
-        v = _get(cell, name)
-        if v is None:
-            continue
-        bad = isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v)
-        if bad or v < 0:
-            raise ValueError(
-                f"cell {path.name}: {name} is {v!r}; expected a finite number >= 0 (a cell "
-                "measured wrongly: run it again)"
-            )
-
-
-def _itype(cell: Mapping[str, Any]) -> str:
-    return str(_get(cell, "index.type") or "").upper()
-
-
-def _size(cell: Mapping[str, Any]) -> int:
-    return int(_get(cell, "collection.size") or 0)
-
-
-def _build_key(cell: Mapping[str, Any]) -> str:
-    """What one build shares: dataset, direction, method, index type and build
-    parameters, collection size."""
-    keys = ("dataset", "direction", "method", "index.params", "collection.size")
-    return json.dumps([_itype(cell), *(_get(cell, k) for k in keys)], sort_keys=True, default=str)
-
-
-def _params(d: Mapping[str, Any] | None) -> str:
-    return " ".join(f"{k} {v}" for k, v in (d or {}).items())
-
-
-def _store_label(cells: list[Cell], store: str) -> str:
-    """``Milvus 2.3.5``: the store and the server version its cells recorded."""
-    versions = {_get(c, "provenance.store.server_version") for _, c in cells} - {None}
-    if not versions:
-        return _STORE_NAMES.get(store, store)
-    text = "/".join(sorted(re.sub(r"^v(?=\d)", "", str(v)) for v in versions))
-    if text.startswith("milvus_lite"):
-        return f"Milvus Lite ({text})"
-    return f"{_STORE_NAMES.get(store, store)} {text}"
-
-
-def _cores(cell: Mapping[str, Any]) -> int | None:
-    c = _get(cell, "provenance.cpu_count")
-    return None if c is None else int(c)
-
-
-def _where(cell: Mapping[str, Any], label: str) -> str:
-    """``collection study, 2-core machine: Milvus 2.3.5``."""
-    cores = _cores(cell)
-    machine = f", {cores}-core machine" if cores else ""
-    return f"collection study{machine}: {label}"
-
-
-def _setting(cell: Mapping[str, Any], *, search: bool = True, dim: Any = None) -> str:
-    """``IVF_FLAT nlist 1024 nprobe 16 at 1,009,535 x 384, procrustes``."""
-    parts = [_itype(cell), _params(_get(cell, "index.params"))]
-    if search:
-        parts.append(_params(_get(cell, "index.search_params")))
-    head = " ".join(p for p in parts if p)
-    d = dim if dim is not None else _get(cell, "truth.dim")
-    rows = f"{_size(cell):,} x {d}" if d else f"{_size(cell):,} rows"
-    return f"{head} at {rows}, {cell.get('method')}"
-
-
-def _num(x: Any) -> str:
-    return "?" if x is None else f"{x:,}"
-
-
-def _figure(cell: Mapping[str, Any], **value: float) -> dict[str, Any]:
-    return {
-        **value,
-        "n": _size(cell),
-        "dim": _get(cell, "truth.dim"),
-        "cores": _cores(cell),
-    }
-
-
-def _search_and_build(cells: list[Cell], label: str) -> tuple[dict, dict]:
-    """``search_qps`` and ``build_rows_per_s`` of each index type measured."""
-    search: dict[str, Any] = {}
-    build: dict[str, Any] = {}
-    scale = [(n, c) for n, c in cells if c.get("kind") == "collection_scale"]
+def _batched(cells: list[cc.Cell], label: str) -> tuple[dict, dict[str, list[cc.Cell]]]:
+    """``{type: figure}`` and ``{type: the repeats of the deployable setting}``."""
+    search, chosen = {}, {}
     for itype in INDEX_TYPES:
-        of_type = [(n, c) for n, c in scale if _itype(c) == itype and _get(c, "truth.dim")]
-        if not of_type:
-            continue
-        top = max(_size(c) for _, c in of_type)
-        largest = [(n, c) for n, c in of_type if _size(c) == top]
-        i = deploy_index([c for _, c in largest])
+        largest = [(n, c) for n, c in _largest(cells, "collection_scale", itype)
+                   if cc.get(c, "truth.dim") and c.get("queries_per_s")]  # fmt: skip
+        groups = list(_groups(largest, cc.setting_key).values())
+        reps = [{**g[0][1], "queries_per_s": cc.qps_band([c for _, c in g])["value"]}
+                for g in groups]  # fmt: skip
+        i = deploy_index(reps) if reps else None
         if i is None:
             continue
-        name, cell = largest[i]
-        qps = cell.get("queries_per_s")
-        if qps:
-            recall = _get(cell, "ann_recall.mean")
-            k = _get(cell, "ann_recall.k")
-            search[itype] = {
-                **_figure(cell, value=float(qps)),
-                "source": (
-                    f"{_where(cell, label)} {_setting(cell)}, {_num(cell.get('queries'))} queries "
-                    f"in batches of {_num(cell.get('batch'))}, recall@{k} {recall:.3f}, "
-                    f"{float(qps):,.0f} q/s (the deployable setting: the fastest with "
-                    f"recall >= 0.9, else the most accurate): {name}"
-                ),
-            }
-        build_s = _get(cell, "timings.build_s")
-        if itype != "FLAT" and build_s:
-            build[itype] = {
-                **_figure(cell, count=_size(cell), seconds=float(build_s)),
-                "source": (
-                    f"{_where(cell, label)} {_setting(cell, search=False)}, "
-                    f"built in {float(build_s):,.1f} s: {name}"
-                ),
-            }
-    return search, build
+        group = chosen[itype] = groups[i]
+        name, cell = group[0]
+        b = cc.qps_band([c for _, c in group])
+        here = [c for n, c in cells if cc.folder_of(n) == cc.folder_of(name)]
+        key = cc.build_key(cell)
+        sweep = [c for c in here if c.get("kind") == "collection_scale" and cc.build_key(c) == key]
+        bound, why = cc.bound(sweep)
+        if bound is None:  # one setting (FLAT): did q/s fall with the rows, as the work does?
+            bound, why = cc.size_bound([c for c in here if cc.same_but_size(c, cell)], cell)
+        what = cc.setting(cell)
+        reps_text = ", ".join(f"{float(c['queries_per_s']):,.0f}" for _, c in group)
+        search[itype] = {
+            **b, "n": cc.size(cell), "dim": cc.get(cell, "truth.dim"), "cores": cc.cores(cell),
+            "bound": bound, "bound_why": why, "quality": cc.quality(cell, what),
+            "source": (
+                f"{cc.where(cell, label)} {what}, {cell.get('queries'):,} queries in batches of "
+                f"{cell.get('batch')}, recall@{cc.get(cell, 'ann_recall.k')} "
+                f"{cc.get(cell, 'ann_recall.mean'):.3f} (the deployable setting: the fastest "
+                f"with recall >= 0.9, else the most accurate); q/s of {len(group)} repeat(s) "
+                f"{reps_text}: {', '.join(n for n, _ in group)}"
+            ),
+        }  # fmt: skip
+    return search, chosen
 
 
-def _insert(cells: list[Cell], label: str) -> dict[str, Any] | None:
-    """The median insert among the builds at the largest collection size."""
-    timed = [
-        (n, c)
-        for n, c in cells
-        if c.get("kind") == "collection_scale" and _get(c, "timings.insert_s") and _size(c)
-    ]
+def _single(cells: list[cc.Cell], label: str) -> dict[str, Any]:
+    """``{type: figure}``: the plateau of the type's concurrency cells at its largest size."""
+    out = {}
+    for itype in INDEX_TYPES:
+        groups = _groups(_largest(cells, "concurrency", itype), cc.setting_key)
+        if not groups:
+            continue
+        group = max(groups.values(), key=lambda g: (len({c["concurrency"] for _, c in g}), g[0][0]))
+        levels: dict[int, list[float]] = {}
+        for _, c in group:
+            levels.setdefault(int(c["concurrency"]), []).append(float(c["queries_per_s"]))
+        top = max(statistics.median(v) for v in levels.values())
+        plateau = sorted(lv for lv, v in levels.items() if statistics.median(v) >= 0.9 * top)
+        values = [q for lv in plateau for q in levels[lv]]
+        first = group[0][1]
+        scale = [c for _, c in cells if c.get("kind") == "collection_scale"
+                 and cc.setting_key(c) == cc.setting_key(first)]  # fmt: skip
+        dim = _dim_of(cells, first)
+        what = cc.setting(first, dim=dim)
+        q = cc.quality(scale[0], what) if scale else cc.quality(first, what + ", answered queries")
+        mode, secs = cc.get(first, "run.mode"), cc.get(first, "run.duration_s")
+        how = f" ({mode}, {secs:g} s a level)" if mode and secs else ""
+        out[itype] = {
+            **cc.band(values), "n": cc.size(first), "dim": dim, "cores": cc.cores(first),
+            "quality": q, "clients": plateau,
+            "source": (
+                f"{cc.where(first, label)} {what}, one query a request from "
+                f"{min(levels)}-{max(levels)} clients{how}; the plateau (levels within 90 % of "
+                f"the highest) {', '.join(map(str, plateau))} clients: "
+                f"{', '.join(f'{v:,.0f}' for v in values)} q/s: "
+                f"{cc.files(sorted((n for n, _ in group), key=_level_order))}"
+            ),
+        }  # fmt: skip
+    return out
+
+
+def _dim_of(cells: list[cc.Cell], cell: dict[str, Any]) -> Any:
+    """The dimension of a concurrency cell's build (its sweep cells record it)."""
+    key = cc.build_key(cell)
+    dims = (cc.get(c, "truth.dim") for _, c in cells
+            if c.get("kind") == "collection_scale" and cc.build_key(c) == key)  # fmt: skip
+    return next((d for d in dims if d), None)
+
+
+def _level_order(name: str) -> tuple[str, int]:
+    head, _, rest = name.partition("concurrency-c")
+    digits = rest.split("_", 1)[0]
+    return head, int(digits) if digits.isdigit() else 0
+
+
+def _build_and_load(cells: list[cc.Cell], chosen: Mapping[str, list[cc.Cell]], label: str):
+    """``build_rows_per_s`` and ``load_rows_per_s`` of the chosen settings' builds."""
+    build, load = {}, {}
+    for itype, group in chosen.items():
+        builds = {}  # one per folder: the cells of one build share its timings
+        for name, c in group:
+            builds.setdefault(cc.folder_of(name), (name, c))
+        b_rates, l_rates, parts = [], [], []
+        for _, c in builds.values():
+            t = c.get("timings") or {}
+            total, wait = t.get("build_s"), t.get("load_s")
+            if total and wait is not None and total > wait:
+                b_rates.append(cc.size(c) / (total - wait))
+                parts.append(f"{total - wait:,.1f} s ({total:,.1f} build_s - {wait:,.1f} load_s)")
+            if wait is not None and wait >= 1.0:
+                l_rates.append(cc.size(c) / wait)
+        name, cell = group[0]
+        head = {"n": cc.size(cell), "dim": cc.get(cell, "truth.dim"), "cores": cc.cores(cell)}
+        files = ", ".join(n for n, _ in builds.values())
+        what = f"{cc.where(cell, label)} {cc.setting(cell, search=False)}"
+        if b_rates and itype != "FLAT":
+            build[itype] = {**cc.band(b_rates), **head, "source": (
+                f"{what}, built without the load wait in {'; '.join(parts)}: {files}")}  # fmt: skip
+        if l_rates:
+            rates = ", ".join(f"{r:,.0f}" for r in l_rates)
+            load[itype] = {**cc.band(l_rates), **head,
+                           "source": f"{what}, loaded at {rates} rows/s: {files}"}  # fmt: skip
+    return build, load
+
+
+def _insert(cells: list[cc.Cell], label: str) -> dict[str, Any] | None:
+    """The builds at the largest size: the median one's rows/s, the band in its dimension."""
+    timed = [(n, c) for n, c in cells if c.get("kind") == "collection_scale"
+             and cc.get(c, "timings.insert_s") and cc.size(c)
+             and cc.get(c, "truth.dim")]  # fmt: skip
     if not timed:
         return None
-    top = max(_size(c) for _, c in timed)
-    builds: dict[str, Cell] = {}
+    top = max(cc.size(c) for _, c in timed)
+    builds: dict[str, cc.Cell] = {}
     for n, c in timed:
-        if _size(c) == top:
-            builds.setdefault(_build_key(c), (n, c))
+        if cc.size(c) == top:
+            builds.setdefault(cc.folder_of(n) + cc.build_key(c), (n, c))
     ranked = sorted(builds.values(), key=lambda nc: (float(nc[1]["timings"]["insert_s"]), nc[0]))
     name, cell = ranked[(len(ranked) - 1) // 2]
+    dim = int(cell["truth"]["dim"])
+    rates = [top / float(c["timings"]["insert_s"]) * (4 * c["truth"]["dim"] + 8) / (4 * dim + 8)
+             for _, c in ranked]  # fmt: skip
     secs = float(cell["timings"]["insert_s"])
     return {
-        **_figure(cell, count=top, seconds=secs),
+        **cc.band(rates), "value": top / secs, "n": top, "dim": dim, "cores": cc.cores(cell),
         "source": (
-            f"{_where(cell, label)} insert of {top:,} rows in {secs:,.1f} s "
-            f"({top / secs:,.0f} rows/s), {_setting(cell, search=False)}; the median of "
-            f"{len(ranked)} build{'s' if len(ranked) != 1 else ''} at that size: {name}"
+            f"{cc.where(cell, label)} insert of {top:,} rows in {secs:,.1f} s ({top / secs:,.0f} "
+            f"rows/s), {cc.setting(cell, search=False)}; the median of {len(ranked)} build(s) at "
+            f"that size, in rows/s of {dim} dimensions {', '.join(f'{r:,.0f}' for r in rates)}: "
+            f"{name}"
         ),
-    }
+    }  # fmt: skip
 
 
-def _files(names: list[str]) -> str:
-    """``concurrency-c{1,2,4}_REST.json`` when the names differ only by level."""
-    found = [re.fullmatch(r"concurrency-c(\d+)_(.+)", n) for n in names]
-    if all(found) and len({m[2] for m in found if m}) == 1 and len(names) > 1:
-        levels = ",".join(m[1] for m in found if m)
-        return f"concurrency-c{{{levels}}}_{found[0][2]}"  # type: ignore[index]
-    return ", ".join(names)
-
-
-def _concurrency(cells: list[Cell], label: str) -> dict[str, Any] | None:
+def _concurrency(cells: list[cc.Cell], label: str) -> dict[str, Any] | None:
     """The concurrency curve of one build: largest size, IVF_FLAT or HNSW first."""
-    groups: dict[str, dict[int, Cell]] = {}
+    groups: dict[str, dict[int, cc.Cell]] = {}
     for n, c in cells:
         if c.get("kind") == "concurrency" and c.get("queries_per_s") and c.get("concurrency"):
-            key = _build_key(c) + json.dumps(_get(c, "index.search_params"), sort_keys=True)
-            groups.setdefault(key, {}).setdefault(int(c["concurrency"]), (n, c))
+            groups.setdefault(cc.setting_key(c), {}).setdefault(int(c["concurrency"]), (n, c))
     if not groups:
         return None
 
-    def rank(g: dict[int, Cell]) -> tuple:
+    def rank(g: dict[int, cc.Cell]) -> tuple:
         c = next(iter(g.values()))[1]
-        return (_size(c), _itype(c) in ("IVF_FLAT", "HNSW"), len(g), _itype(c) == "IVF_FLAT")
+        return (cc.size(c), cc.itype(c) in ("IVF_FLAT", "HNSW"), len(g), cc.itype(c) == "IVF_FLAT")
 
     best = max(groups.values(), key=rank)
     levels = sorted(best)
     first = best[levels[0]][1]
-    dims = {
-        _get(c, "truth.dim")
-        for _, c in cells
-        if c.get("kind") == "collection_scale" and _build_key(c) == _build_key(first)
-    } - {None}
-    dim = dims.pop() if len(dims) == 1 else None
-    mode, secs = _get(first, "run.mode"), _get(first, "run.duration_s")
-    how = f" ({mode}, {secs:g} s a level)" if mode and secs else ""
+    dim = _dim_of(cells, first)
     return {
         "clients": levels,
         "qps": [float(best[lv][1]["queries_per_s"]) for lv in levels],
-        "cores": _cores(first),
-        "source": (
-            f"{_where(first, label)} {_setting(first, dim=dim)}, "
-            f"single queries from {levels[0]}-{levels[-1]} clients{how}: "
-            f"{_files([best[lv][0] for lv in levels])}"
-        ),
-    }
+        "cores": cc.cores(first),
+        "source": (f"{cc.where(first, label)} {cc.setting(first, dim=dim)}, single queries from "
+                   f"{levels[0]}-{levels[-1]} clients: {cc.files([best[lv][0] for lv in levels])}"),
+    }  # fmt: skip
 
 
-def _peak(cells: list[Cell], label: str) -> dict[str, Any] | None:
-    """The largest server RSS a cell recorded."""
-    rss = [
-        (int(_get(c, "memory.bytes")), n, c)
-        for n, c in cells
-        if _get(c, "memory.kind") == "server_rss" and _get(c, "memory.bytes")
-    ]
+def _memory_ratio(cells: list[cc.Cell], label: str) -> dict[str, Any] | None:
+    """Per build at the largest size, its largest server RSS over the memory formula."""
+    rss = [(n, c) for n, c in cells if cc.get(c, "memory.kind") == "server_rss"
+           and cc.get(c, "memory.bytes") and cc.get(c, "truth.dim") and cc.size(c)]  # fmt: skip
     if not rss:
         return None
-    value, name, cell = max(rss, key=lambda t: (t[0], t[1]))
+    top = max(cc.size(c) for _, c in rss)
+    builds: dict[str, cc.Cell] = {}
+    for n, c in rss:
+        key = cc.folder_of(n) + cc.build_key(c)
+        if cc.size(c) == top and (
+            key not in builds or c["memory"]["bytes"] > builds[key][1]["memory"]["bytes"]
+        ):
+            builds[key] = (n, c)
+    ratios, parts = [], []
+    for n, c in builds.values():
+        spec = IndexSpec(cc.itype(c), **(cc.get(c, "index.params") or {}))
+        formula = memory_per_replica(spec, top, int(c["truth"]["dim"])).value
+        ratios.append(c["memory"]["bytes"] / formula)
+        parts.append(f"{cc.setting(c, search=False)}: {c['memory']['bytes'] / _GIB:.2f} GiB / "
+                     f"{formula / _GIB:.2f} GiB = {ratios[-1]:.2f} ({n})")  # fmt: skip
+    first = next(iter(builds.values()))[1]
     return {
-        **_figure(cell, value=value),
-        "source": (
-            f"{_where(cell, label)} server RSS {value / _GIB:.1f} GiB once "
-            f"{_setting(cell, search=False)} was built and loaded, the largest of "
-            f"{len(rss)} cells (read when searchable, so a lower bound on the peak): {name}"
-        ),
-    }
+        **cc.band(ratios), "n": top, "dim": cc.get(first, "truth.dim"), "cores": cc.cores(first),
+        "index_types": sorted({cc.itype(c) for _, c in builds.values()}),
+        "source": (f"{cc.where(first, label)} server RSS (read once searchable: a lower bound on "
+                   f"the peak) over the memory formula, per build at {top:,} rows: "
+                   + "; ".join(parts)),
+    }  # fmt: skip
 
 
-def _kept(fig: Mapping[str, Any]) -> dict[str, Any]:
-    src = str(fig["source"])
+def _kept(fig: Any) -> dict[str, Any] | None:
+    """A measured figure of the previous inputs, its source prefixed :data:`KEPT`."""
+    if not isinstance(fig, Mapping) or fig.get("value", fig.get("count")) is None:
+        return None
+    src = str(fig.get("source", ""))
+    if "stand-in" in src or not ("value" in fig or "seconds" in fig):
+        return None
     return {**fig, "source": src if src.startswith(KEPT) else KEPT + src}
 
 
-def _fill(table: dict[str, Any], previous: Mapping[str, Any] | None, what: str) -> None:
-    """Types absent from ``table``: kept from ``previous``, else the nearest type's."""
-    measured = dict(table)
-    before = (previous or {}).get(what) or {}
-    wanted = [t for t in INDEX_TYPES if not (what == "build_rows_per_s" and t == "FLAT")]
-    for itype in wanted:
-        if itype in table:
-            continue
-        if itype in before:
-            table[itype] = _kept(before[itype])
-            continue
-        near = next((t for t in _NEAREST[itype] if t in measured), None)
-        if near is not None:
-            fig = measured[near]
-            table[itype] = {
-                **fig,
-                "source": f"stand-in: {near}'s figure ({itype} was not measured); {fig['source']}",
-            }
-    for itype, fig in before.items():  # other types the previous inputs had
-        table.setdefault(itype, _kept(fig))
+def _complete(out: dict[str, Any], previous: Mapping[str, Any] | None) -> None:
+    """Every figure the folders lack: kept from ``previous`` when measured there, else null."""
+    prev = previous or {}
+    for itype in INDEX_TYPES:
+        modes = out["search_qps"].setdefault(itype, {})
+        for m in MODES:
+            if m not in modes:
+                old = _kept(cc.get(prev, f"search_qps.{itype}.{m}"))
+                why = f"no clean cell of {itype} ({m}) in the folders read"
+                modes[m] = old or _not_measured(itype, m, why)
+        for key, what in (("build_rows_per_s", "build"), ("load_rows_per_s", "load")):
+            if itype not in out[key] and not (itype == "FLAT" and what == "build"):
+                old = _kept(cc.get(prev, f"{key}.{itype}"))
+                why = f"no clean cell of {itype} with a {what} time in the folders read"
+                out[key][itype] = old or _not_measured(itype, "build", why)
+    out["core_scaling"] = prev.get("core_scaling") or {
+        "about": "q/s (rows/s for build) of one server pinned to 1 and to 2 cores, clients on "
+                 "other cores; null: not measured (the model then assumes linear scaling)",
+        **{t: {"single": {"1": None, "2": None}, "batched": {"1": None, "2": None},
+               "build": {"1": None, "2": None},
+               "source": f"{NOT_MEASURED}no server pinned to 1 and 2 cores yet; measure: "
+                         f"{measure_command(t, 'cores')}"}
+           for t in INDEX_TYPES},
+    }  # fmt: skip
+    out["segment_mb"] = prev.get("segment_mb") or {
+        "value": DEFAULT_SEGMENT_MB,
+        "source": "Milvus 2.3.5 milvus.yaml dataCoord.segment.maxSize (a server setting, not a "
+                  "measurement: set it to your cluster's)",
+    }  # fmt: skip
 
 
 def inputs_from_cells(
@@ -338,55 +344,47 @@ def inputs_from_cells(
     store: str = "milvus",
     previous: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """The JSON layout of ``scale_out_inputs.json`` from the cells in ``folder``.
-
-    Args:
-        folder: a results folder of ``benchmarks/collection.py``, or several (their
-            cells are read together: the default study and a production-conditions one).
-        store: the store whose cells count (``milvus``, ``faiss``...).
-        previous: the old inputs; figures the folder lacks are kept from it.
+    """The JSON layout of ``scale_out_inputs.json`` from the cells in ``folder`` (or several
+    folders, read together; repeats across them give the bands).
 
     Raises:
-        NoCellsError: the folder holds no clean cell of ``store``.
-        ValueError: the insert rate or the concurrency curve is neither in the
-            folder nor in ``previous``.
+        NoCellsError: the folders hold no clean cell of ``store``.
+        ValueError: the insert rate is neither in the folders nor in ``previous``; a cell
+            with a negative or non-finite figure (named).
     """
     folders = [folder] if isinstance(folder, str | Path) else list(folder)
     for f in folders:
         if not Path(f).is_dir():
             raise NoCellsError(f"{f} is not a folder (store {store!r})")
-    folder = ", ".join(str(f) for f in folders)
-    cells = [c for f in folders for c in read_cells(f, store)]
+    where = ", ".join(str(f) for f in folders)
+    cells = [c for f in folders for c in cc.read_cells(f, store)]
     if not cells:
-        raise NoCellsError(f"{folder} holds no clean cell of store {store!r}")
-    label = _store_label(cells, store)
-    search, build = _search_and_build(cells, label)
-    _fill(search, previous, "search_qps")
-    _fill(build, previous, "build_rows_per_s")
-    out: dict[str, Any] = {"search_qps": search, "build_rows_per_s": build}
-    for key, derive in (
-        ("insert_rows_per_s", _insert),
-        ("concurrency", _concurrency),
-        ("standalone_peak_rss_bytes", _peak),
-    ):
-        fig = derive(cells, label)
-        if fig is None and previous is not None and previous.get(key) is not None:
-            fig = _kept(previous[key])
-        if fig is None and key != "standalone_peak_rss_bytes":
-            raise ValueError(f"{folder} has no {key} of store {store!r}, nor the previous inputs")
+        raise NoCellsError(f"{where} holds no clean cell of store {store!r}")
+    label = cc.store_label(cells, store)
+    batched, chosen = _batched(cells, label)
+    single = _single(cells, label)
+    build, load = _build_and_load(cells, chosen, label)
+    search = {t: {**({"single": single[t]} if t in single else {}),
+                  **({"batched": batched[t]} if t in batched else {})}
+              for t in INDEX_TYPES if t in single or t in batched}  # fmt: skip
+    out: dict[str, Any] = {"search_qps": search, "build_rows_per_s": build,
+                           "load_rows_per_s": load}  # fmt: skip
+    for key, derive in (("insert_rows_per_s", _insert), ("concurrency", _concurrency),
+                        ("server_memory_ratio", _memory_ratio)):  # fmt: skip
+        fig = derive(cells, label) or _kept((previous or {}).get(key))
+        if fig is None and key == "insert_rows_per_s":
+            raise ValueError(f"{where} has no {key} of store {store!r}, nor the previous inputs")
         if fig is not None:
             out[key] = fig
+    _complete(out, previous)
     study = sorted(cells, key=lambda nc: nc[1].get("kind") != "collection_scale")
     command = next((c.get("command") for _, c in study if c.get("command")), None)
     made = f" by `{shlex.join(map(str, command))}`" if command else ""
-    out = {
-        "about": (
-            f"Measured inputs of imsearch_align.collection.cost_model (docs/scale-out.md), "
-            f"derived by benchmarks/scale_out.py from the {label} cells of the collection study "
-            f"in {folder}{made}. A figure is value, or count / seconds; n and dim are the "
-            "collection it was measured on, cores the machine's. A source starting "
-            f"'{KEPT.strip()}' was not in that folder."
-        ),
-        **out,
-    }
-    return out
+    about = (
+        f"Measured inputs of imsearch_align.collection.cost_model (docs/scale-out.md), derived "
+        f"by benchmarks/scale_out.py from the {label} cells of the collection study in {where}"
+        f"{made}. A figure is value (null: not measured) within [low, high], the repeats' "
+        "median and extremes; n and dim are the collection it was measured on, cores the "
+        f"machine's. A source starting '{KEPT.strip()}' was not in those folders."
+    )
+    return {"about": redact_uris(about), **out}

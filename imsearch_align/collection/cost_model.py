@@ -1,461 +1,309 @@
-"""What a collection of 10M or 100M vectors costs on a Milvus cluster, from index
-formulas and figures measured here.
+"""What a collection of 10M or 100M vectors costs on a Milvus cluster, from index formulas
+and the figures measured here (:mod:`.cost_figures`), each output with a low-high band.
 
-Every output is an :class:`Estimate`: a value, its unit, the formula as a string
-and the inputs it used, so each figure can be traced to a measurement (a
-:class:`Figure`, which carries its ``source``) or to a formula from the
-Milvus / FAISS documentation (cited where the formula is written below).
+**Memory of one replica** (bytes; ``n`` rows of ``d`` float32 dimensions; one index per
+sealed segment, so per-index constants are paid ``S = ceil(n / segment_rows)`` times;
+``segment_rows = floor(segment_mb * 2**20 / (4 d + 8))``, ``segment_mb`` an input)::
 
-**Memory of one replica** (bytes; ``n`` rows of ``d`` float32 dimensions;
-Milvus builds one index per sealed segment, so per-index constants are paid
-``S = ceil(n / segment_rows)`` times; ``segment_rows = floor(segment_mb * 2**20
-/ (4 d + 8))``, ``dataCoord.segment.maxSize`` = 512 MB in Milvus 2.3.5's
-``milvus.yaml``)::
+    FLAT      4 d n                               (FAISS wiki: Flat adds no overhead)
+    IVF_FLAT  n (4 d + 8) + S nlist 4 d           (4 d code + 8-byte id; nlist centroids)
+    IVF_SQ8   n (d + 8) + S (nlist 4 d + 8 d)     (a byte a dimension; min and range)
+    IVF_PQ    n (ceil(m nbits / 8) + 8)           (Milvus docs: m x nbits bits a vector;
+              + S (nlist 4 d + 2**nbits 4 d)       m codebooks of 2**nbits centroids)
+    HNSW      n (4 d + 8 M) + 24 n                (FAISS wiki: d 4 + M 2 4 bytes; hnswlib's
+              + n 4 (M + 1) / (M - 1)              per-vector fields and upper layers)
 
-    FLAT      4 d n                               (FAISS wiki "Guidelines to choose an
-                                                   index": Flat stores the vectors, no overhead)
-    IVF_FLAT  n (4 d + 8) + S nlist 4 d           (4 d code + 8-byte id per vector in
-                                                   FAISS's inverted lists; nlist centroids)
-    IVF_SQ8   n (d + 8) + S (nlist 4 d + 8 d)     (one byte per dimension; per-dimension
-                                                   min and range of the 8-bit quantizer)
-    IVF_PQ    n (ceil(m nbits / 8) + 8)           (Milvus docs, IVF_PQ: m x nbits bits per
-              + S (nlist 4 d + 2**nbits 4 d)       vector; m codebooks of 2**nbits centroids
-                                                   of d/m dims = 2**nbits d floats)
-    HNSW      n (4 d + 8 M)                       (FAISS wiki: "(d * 4 + M * 2 * 4) bytes per
-              + n (4 + 8 + 8 + 4)                  vector", layer 0 has 2M links; hnswlib, which
-              + n 4 (M + 1) / (M - 1)              Milvus's HNSW is: link count, label, level
-                                                   pointer, level; upper layers hold M + 1 ints
-                                                   on an expected 1 / (M - 1) levels per vector)
+plus ``16 n`` (int64 key, uint64 timestamp). The **measured memory** is that times
+``server_memory_ratio`` (a standalone server's RSS over the formula at 1M); both node
+counts are given: ``ceil(memory / (node_gib 2**30 0.9))`` a replica, times the replicas
+(a query node refuses a load past 90 %).
 
-plus ``16 n`` for each row's int64 primary key and uint64 timestamp. The raw
-vectors of an indexed field are not loaded beside the index.
+**Queries/s of one replica** (``p`` nodes of ``c`` cores, each searching its share of
+the segments): ``p * rate(c) * work_measured / work(n, d) * efficiency``; ``work`` is
+``d n`` for FLAT and IVF, ``d (n / segment_rows) ln(segment_rows)`` for HNSW; the
+efficiency is the concurrency curve's share of its plateau at ``clients_per_core``
+(1 at saturation, the default). ``mode="single"`` (default: what a search service sees)
+uses the single-query figure, ``"batched"`` the batch-of-100 one; both are reported.
+A target q/s adds replicas: ``max(replicas, ceil(target / q/s of a replica))``.
 
-**Query nodes**: ``ceil(memory / (node_memory * 0.9))`` a replica, times the
-replicas (a query node refuses a load past ``overloadedMemoryThresholdPercentage``
-= 90). **Build** with ``k`` index nodes, each building one segment at a time
-(``indexNode.scheduler.buildParallel`` = 1): ``ceil(S / k)`` rounds of
-``segment_rows * w / (rate_per_core * cores)``, ``w`` the measured row's work
-scaled to ``d`` (and to ``ln(segment_rows)`` for HNSW). **Queries/s**: a query
-searches every segment of one replica; its work is ``d n`` for FLAT and IVF
-and ``d (n / segment_rows) ln(segment_rows)`` for HNSW (a graph a segment), so
-``q/s = replicas * cores_per_replica * qps_measured / cores_measured *
-work_measured / work(n, d) * efficiency``, the efficiency being the share of
-the measured concurrency curve's plateau that ``clients_per_core`` clients a
-core reach (1 at saturation).
+**Cores** (``rate(c)``): with ``core_scaling`` measured (a server pinned to 1 and to 2
+cores, clients elsewhere), ``rate(c) = q2 * A(c) / A(2)``, ``A`` Amdahl's law fitted to
+the 1->2 speed-up ``r = q2 / q1``: serial share ``s = clip(2 / r - 1, 0, 1)``, ``A(c) =
+1 / (s + (1 - s) / c)``. Without it, ``rate(c) = q * c / cores_measured`` and every
+output that uses it says "assumed linear (not measured)".
 
-``markdown_table(measured)`` writes the table of ``docs/scale-out.md`` from
-:func:`load_inputs` (``imsearch_align/data/scale_out_inputs.json``, package data).
+**Not measured**: a single-query q/s with no concurrency cell is extrapolated as the
+type's batched q/s times the single/batched ratio of a type with both measured (said in
+the output's notes); a batched q/s or build rate no cell holds is refused
+(:class:`NotMeasuredError`, naming what to measure); a load rate no cell holds leaves
+that output ``None`` with the reason.
+
+**Bands**: every input figure has ``[low, high]`` from its repeats. Each group of outputs
+(serving: memory, nodes, q/s, clients; build; load; insert) is evaluated at every corner
+of the bands of the figures it reads (each at its low or its high end: interval
+arithmetic, exact for these outputs, which are monotone in each input), and an output's
+band is the least and the most it takes there (``Estimate.by_corner``). When every
+input moves the output the same way, that is the all-low and the all-high evaluation.
+
+**Build** with ``k`` index nodes (one segment at a time each): ``ceil(S / k)`` rounds of
+``segment_rows * w / rate(c)``, ``w`` the work per row relative to the measured one
+(``d``; ``d ln(segment_rows)`` for HNSW), the rate from the build without the load wait.
+**Load**: each query node loads its ``n / p`` rows in parallel at the measured rate
+(scaled by row bytes, not by cores). **Insert**: the measured rows/s scaled by row bytes,
+times the shards.
 """
 
 from __future__ import annotations
 
 import itertools
-import json
 import math
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
-from pathlib import Path
+from collections.abc import Callable
 from typing import Any
+
+from imsearch_align.collection.cost_figures import (
+    INDEX_TYPES,
+    INPUTS,
+    MODES,
+    ConcurrencyCurve,
+    Figure,
+    InputsError,
+    MeasuredInputs,
+    NotMeasuredError,
+    load_inputs,
+)
+from imsearch_align.collection.cost_formulas import (
+    DEFAULT_DIMS,
+    GIB,
+    ClusterSpec,
+    Estimate,
+    IndexSpec,
+    index_bytes,
+    memory_per_replica,
+    positive,
+    query_nodes,
+    query_work,
+    row_work,
+    segment_rows,
+)
+from imsearch_align.collection.cost_rates import Corner, search_rate, speed
 
 __all__ = [
     "DEFAULT_DIMS",
+    "GIB",
     "INDEX_TYPES",
+    "INPUTS",
     "ClusterSpec",
     "ConcurrencyCurve",
+    "Corner",
     "Estimate",
     "Figure",
     "IndexSpec",
+    "InputsError",
     "MeasuredInputs",
+    "NotMeasuredError",
     "build_seconds",
-    "cluster_qps",
     "estimate",
     "index_bytes",
     "insert_seconds",
     "load_inputs",
-    "markdown_table",
     "memory_per_replica",
-    "peak_note",
     "query_nodes",
     "segment_rows",
 ]
 
-INDEX_TYPES = ("FLAT", "IVF_FLAT", "IVF_SQ8", "IVF_PQ", "HNSW")
-#: Aligned dimension of the default study's methods with the default encoders
-#: (DINOv2-base images, 768; all-MiniLM-L6-v2 texts, 384): CSA keeps
-#: min(256, 768, 384, N - 1) canonical components (``csa.DEFAULT_SIM_DIM``),
-#: Procrustes PCAs both sides to min(768, 384, N - 1) = 384.
-DEFAULT_DIMS = {"csa": 256, "procrustes": 384}
-#: Milvus 2.3.5 ``milvus.yaml``: dataCoord.segment.maxSize (MB).
-SEGMENT_MB = 512
-#: Bytes a row carries beside its vector in a query node: int64 pk + uint64 timestamp.
-ROW_BYTES = 16
-#: Milvus 2.3.5 ``milvus.yaml``: overloadedMemoryThresholdPercentage / 100.
-USABLE_MEMORY = 0.9
-GIB = 2**30
-INPUTS = Path(__file__).resolve().parents[1] / "data" / "scale_out_inputs.json"
+
+def _seg(measured: MeasuredInputs, cluster: ClusterSpec) -> int:
+    return cluster.segment_mb or measured.segment_mb
 
 
-@dataclass(frozen=True)
-class Figure:
-    """One measured figure: ``value`` per ``unit``, measured at ``n`` rows of
-    ``dim`` dimensions on ``cores`` cores, and where it comes from."""
-
-    value: float
-    source: str
-    n: int | None = None
-    dim: int | None = None
-    cores: int | None = None
-
-    @classmethod
-    def from_dict(cls, d: Mapping[str, Any]) -> Figure:
-        """From JSON: ``value``, or ``count`` and ``seconds`` (value = count / seconds)."""
-        value = d["value"] if "value" in d else d["count"] / d["seconds"]
-        return cls(float(value), str(d["source"]), d.get("n"), d.get("dim"), d.get("cores"))
-
-
-@dataclass(frozen=True)
-class ConcurrencyCurve:
-    """Queries/s at each number of concurrent single-query clients, on ``cores`` cores."""
-
-    clients: tuple[int, ...]
-    qps: tuple[float, ...]
-    cores: int
-    source: str
-
-    def saturation(self, share: float = 0.9) -> int:
-        """The fewest clients that reach ``share`` of the curve's highest q/s."""
-        top = max(self.qps)
-        return next(c for c, q in zip(self.clients, self.qps) if q >= share * top)
-
-    def efficiency(self, clients_per_core: float) -> float:
-        """Share of the plateau reached with ``clients_per_core`` clients per core
-        (linear between measured points, clipped at the ends)."""
-        c, top = clients_per_core * self.cores, max(self.qps)
-        pts = list(zip(self.clients, self.qps))
-        if c <= pts[0][0]:
-            return pts[0][1] / top
-        for (c0, q0), (c1, q1) in itertools.pairwise(pts):
-            if c <= c1:
-                return (q0 + (q1 - q0) * (c - c0) / (c1 - c0)) / top
-        return pts[-1][1] / top
-
-
-@dataclass(frozen=True)
-class MeasuredInputs:
-    """Figures measured on one machine, each with its source (see the JSON file)."""
-
-    search_qps: Mapping[str, Figure]
-    build_rows_per_s: Mapping[str, Figure]
-    insert_rows_per_s: Figure
-    concurrency: ConcurrencyCurve
-    standalone_peak_rss: Figure | None = None
-
-    @classmethod
-    def from_dict(cls, d: Mapping[str, Any]) -> MeasuredInputs:
-        """From the JSON layout of ``imsearch_align/data/scale_out_inputs.json``."""
-        cc = d["concurrency"]
-        peak = d.get("standalone_peak_rss_bytes")
-        return cls(
-            {k: Figure.from_dict(v) for k, v in d["search_qps"].items()},
-            {k: Figure.from_dict(v) for k, v in d["build_rows_per_s"].items()},
-            Figure.from_dict(d["insert_rows_per_s"]),
-            ConcurrencyCurve(tuple(cc["clients"]), tuple(cc["qps"]), cc["cores"], cc["source"]),
-            None if peak is None else Figure.from_dict(peak),
-        )
-
-
-def load_inputs(path: str | Path = INPUTS) -> MeasuredInputs:
-    """The measured inputs stored in ``path`` (default: the package's JSON); a file that
-    cannot be read or is not the inputs' layout raises ``ValueError`` naming it."""
-    try:
-        return MeasuredInputs.from_dict(json.loads(Path(path).read_text(encoding="utf-8")))
-    except (OSError, ValueError, KeyError, TypeError, AttributeError, RecursionError) as exc:
-        raise ValueError(
-            f"cost-model inputs {str(path)!r} cannot be read: {type(exc).__name__}: {exc}"
-        ) from None
-
-
-@dataclass(frozen=True)
-class IndexSpec:
-    """An index type and its build parameters (``m`` None: ``d / 8``)."""
-
-    kind: str
-    M: int = 16
-    nlist: int = 1024
-    m: int | None = None
-    nbits: int = 8
-
-    def __post_init__(self) -> None:
-        if self.kind not in INDEX_TYPES:
-            raise ValueError(f"index must be one of {', '.join(INDEX_TYPES)}, got {self.kind!r}")
-        for name in ("M", "nlist", "nbits", "m"):
-            _positive(f"IndexSpec.{name}", getattr(self, name), optional=name == "m")
-
-    def label(self, dim: int) -> str:
-        """The build parameters that matter to the cost, as text."""
-        return {
-            "FLAT": "",
-            "IVF_FLAT": f"nlist {self.nlist}",
-            "IVF_SQ8": f"nlist {self.nlist}",
-            "IVF_PQ": f"nlist {self.nlist}, m {self.pq_m(dim)}, nbits {self.nbits}",
-            "HNSW": f"M {self.M}",
-        }[self.kind]
-
-    def pq_m(self, dim: int) -> int:
-        """PQ sub-vectors (a divisor of ``dim``)."""
-        m = self.m if self.m is not None else max(1, dim // 8)
-        if dim % m:
-            raise ValueError(f"PQ m must divide the dimension {dim}, got {m}")
-        return m
-
-
-@dataclass(frozen=True)
-class ClusterSpec:
-    """The cluster: replicas, query and index nodes (memory in GiB), DML shards."""
-
-    replicas: int = 2
-    query_node_gib: float = 64.0
-    query_node_cores: int = 16
-    index_nodes: int = 4
-    index_node_cores: int = 16
-    shards: int = 1
-    segment_mb: int = SEGMENT_MB
-
-    def __post_init__(self) -> None:
-        for f in ("replicas", "query_node_gib", "query_node_cores", "index_nodes",
-                  "index_node_cores", "shards", "segment_mb"):  # fmt: skip
-            _positive(f"ClusterSpec.{f}", getattr(self, f))
-
-
-def _positive(name: str, value: Any, *, optional: bool = False) -> None:
-    """Refuse a count or size that is not a positive number, naming it."""
-    if optional and value is None:
-        return
-    ok = isinstance(value, int | float) and not isinstance(value, bool)
-    if not ok or not math.isfinite(value) or value <= 0:
-        raise ValueError(f"{name} must be a positive number, got {value!r}")
-
-
-@dataclass(frozen=True)
-class Estimate:
-    """An output: ``value`` in ``unit``, the ``formula`` and the ``inputs`` it used."""
-
-    name: str
-    value: float
-    unit: str
-    formula: str
-    inputs: Mapping[str, Any] = field(default_factory=dict)
-
-
-def segment_rows(dim: int, segment_mb: int = SEGMENT_MB) -> int:
-    """Rows of a full sealed segment: ``floor(segment_mb * 2**20 / (4 d + 8))``."""
-    return segment_mb * 2**20 // (4 * dim + 8)
-
-
-def index_bytes(spec: IndexSpec, n: int, dim: int, segment_mb: int = SEGMENT_MB) -> Estimate:
-    """Bytes of the index of ``n`` rows (formulas in the module docstring)."""
-    d, k = dim, spec.kind
-    S = math.ceil(n / segment_rows(d, segment_mb))
-    inputs: dict[str, Any] = {"n": n, "d": d, "S": S}
-    if k == "FLAT":
-        f, v = "4 d n", 4 * d * n
-    elif k == "IVF_FLAT":
-        inputs["nlist"] = spec.nlist
-        f, v = "n (4 d + 8) + S nlist 4 d", n * (4 * d + 8) + S * spec.nlist * 4 * d
-    elif k == "IVF_SQ8":
-        inputs["nlist"] = spec.nlist
-        f, v = "n (d + 8) + S (nlist 4 d + 8 d)", n * (d + 8) + S * (spec.nlist * 4 * d + 8 * d)
-    elif k == "IVF_PQ":
-        m, nb = spec.pq_m(d), spec.nbits
-        inputs.update(nlist=spec.nlist, m=m, nbits=nb)
-        f = "n (ceil(m nbits / 8) + 8) + S (nlist 4 d + 2**nbits 4 d)"
-        v = n * (math.ceil(m * nb / 8) + 8) + S * (spec.nlist * 4 * d + 2**nb * 4 * d)
-    else:
-        M = spec.M
-        inputs["M"] = M
-        f = "n (4 d + 8 M) + n (4 + 8 + 8 + 4) + n 4 (M + 1) / (M - 1)"
-        v = n * (4 * d + 8 * M) + n * 24 + n * 4 * (M + 1) / (M - 1)
-    return Estimate(f"{k} index", float(v), "bytes", f, inputs)
-
-
-def memory_per_replica(spec: IndexSpec, n: int, dim: int, segment_mb: int = SEGMENT_MB) -> Estimate:
-    """Query-node memory of one replica: the index plus 16 bytes a row (pk, timestamp)."""
-    idx = index_bytes(spec, n, dim, segment_mb)
-    return Estimate(
-        "memory per replica",
-        idx.value + ROW_BYTES * n,
-        "bytes",
-        f"[{idx.formula}] + 16 n",
-        {**idx.inputs, "index_bytes": idx.value},
-    )
-
-
-def query_nodes(memory: Estimate, cluster: ClusterSpec) -> Estimate:
-    """Query nodes: ``ceil(memory / (node_gib * 2**30 * 0.9))`` per replica, x replicas."""
-    per = math.ceil(memory.value / (cluster.query_node_gib * GIB * USABLE_MEMORY))
-    return Estimate(
-        "query nodes",
-        float(per * cluster.replicas),
-        "nodes",
-        "ceil(memory / (node_gib 2**30 0.9)) replicas",
-        {"memory": memory.value, "node_gib": cluster.query_node_gib, "per_replica": per,
-         "replicas": cluster.replicas},
-    )  # fmt: skip
-
-
-def _work(kind: str, n: int, dim: int, segment_mb: int) -> float:
-    """Relative work of one query (or one row's build) at ``n`` rows of ``dim``."""
-    if kind != "HNSW":
-        return float(dim * n)
-    seg = segment_rows(dim, segment_mb)
-    return dim * (math.log(n) if n <= seg else n / seg * math.log(seg))
-
-
-def _row_work(kind: str, seg: int, dim: int) -> float:
-    """Relative build work of one row in a segment of ``seg`` rows: ``d`` (an HNSW
-    insert searches the graph: ``d ln(seg)``)."""
-    return dim * math.log(seg) if kind == "HNSW" else float(dim)
-
-
-def _figure(table: Mapping[str, Figure], kind: str, what: str) -> Figure:
-    if kind not in table:
-        raise KeyError(f"no measured {what} for {kind} (have {', '.join(sorted(table))})")
-    return table[kind]
-
-
-def build_seconds(
-    spec: IndexSpec, n: int, dim: int, measured: MeasuredInputs, cluster: ClusterSpec
-) -> Estimate:
-    """Index build time with ``cluster.index_nodes`` nodes (0 for FLAT: nothing to build)."""
+def build_seconds(spec: IndexSpec, n: int, dim: int, measured: MeasuredInputs,
+                  cluster: ClusterSpec, corner: Corner | None = None) -> Estimate:  # fmt: skip
+    """Index build time with ``cluster.index_nodes`` nodes (0 for FLAT)."""
     if spec.kind == "FLAT":
         return Estimate("build", 0.0, "s", "FLAT has no index to build", {})
-    fig = _figure(measured.build_rows_per_s, spec.kind, "build rate")
-    seg = min(n, segment_rows(dim, cluster.segment_mb))
+    fig = measured.build_rows_per_s.get(spec.kind)
+    if fig is None or not fig.measured:
+        why = fig.source if fig is not None else f"no build rate of {spec.kind} in the inputs"
+        raise NotMeasuredError(f"{spec.kind} build rate: {why}")
+    rate, m_n, m_dim, notes = speed(measured, spec.kind, "build", fig, cluster.index_node_cores,
+                                    corner or Corner())  # fmt: skip
+    seg_mb = _seg(measured, cluster)
+    seg = min(n, segment_rows(dim, seg_mb))
     S = math.ceil(n / seg)
-    per_core = fig.value / fig.cores
-    seg_measured = min(fig.n, segment_rows(fig.dim, cluster.segment_mb))
-    w = _row_work(spec.kind, seg, dim) / _row_work(spec.kind, seg_measured, fig.dim)
+    w = row_work(spec.kind, seg, dim) / row_work(spec.kind, min(m_n, segment_rows(m_dim, seg_mb)),
+                                                 m_dim)  # fmt: skip
     rounds = math.ceil(S / cluster.index_nodes)
-    value = rounds * seg * w / (per_core * cluster.index_node_cores)
     return Estimate(
-        "build",
-        value,
-        "s",
-        "ceil(S / k) segment_rows w / (rate / cores_measured * cores_per_node)",
-        {"S": S, "k": cluster.index_nodes, "segment_rows": seg, "w": w, "rate": fig.value,
-         "cores_measured": fig.cores, "cores_per_node": cluster.index_node_cores,
-         "source": fig.source},
+        "build", rounds * seg * w / rate, "s", "ceil(S / k) segment_rows w / rate(cores)",
+        {"S": S, "k": cluster.index_nodes, "segment_rows": seg, "w": w, "rate": rate,
+         "cores_per_node": cluster.index_node_cores, "source": fig.source},
+        notes=notes,
     )  # fmt: skip
 
 
-def insert_seconds(n: int, dim: int, measured: MeasuredInputs, cluster: ClusterSpec) -> Estimate:
+def insert_seconds(n: int, dim: int, measured: MeasuredInputs, cluster: ClusterSpec,
+                   corner: Corner | None = None) -> Estimate:  # fmt: skip
     """Insert time: the measured rate scaled by row bytes, one DML channel per shard."""
     fig = measured.insert_rows_per_s
-    rate = fig.value * (4 * fig.dim + 8) / (4 * dim + 8) * cluster.shards
+    measured_rate = (corner or Corner()).at("insert", fig)
+    rate = measured_rate * (4 * fig.dim + 8) / (4 * dim + 8) * cluster.shards
     return Estimate(
-        "insert",
-        n / rate,
-        "s",
-        "n / (rate (4 d_measured + 8) / (4 d + 8) shards)",
-        {"n": n, "rate": fig.value, "d_measured": fig.dim, "d": dim, "shards": cluster.shards,
-         "source": fig.source},
+        "insert", n / rate, "s", "n / (rate (4 d_measured + 8) / (4 d + 8) shards)",
+        {"n": n, "rate": measured_rate, "d_measured": fig.dim, "d": dim,
+         "shards": cluster.shards, "source": fig.source},
     )  # fmt: skip
 
 
-def cluster_qps(
+def _memory(spec: IndexSpec, n: int, dim: int, measured: MeasuredInputs, cluster: ClusterSpec,
+            corner: Corner) -> tuple[Estimate, Estimate, tuple[str, ...]]:  # fmt: skip
+    """The formula's memory of a replica, the measured one (x the server ratio), notes."""
+    mem = memory_per_replica(spec, n, dim, _seg(measured, cluster))
+    rfig = measured.server_memory_ratio
+    if rfig is None or not rfig.measured:
+        ratio, notes = 1.0, ("server memory not measured: the formula alone",)
+    else:
+        ratio, notes = corner.at("ratio", rfig), ()
+        types = rfig.extra.get("index_types") or ["IVF_FLAT"]
+        if spec.kind not in types:
+            notes = (f"server memory ratio measured on {', '.join(types)}, applied to {spec.kind}",)
+    measured_mem = Estimate("memory measured", mem.value * ratio, "bytes",
+                            "memory x server_memory_ratio", {"ratio": ratio},
+                            notes=notes)  # fmt: skip
+    return mem, measured_mem, notes
+
+
+def _load(spec: IndexSpec, n: int, dim: int, measured: MeasuredInputs, cluster: ClusterSpec,
+          corner: Corner) -> dict[str, Estimate]:  # fmt: skip
+    """Load time: each query node loads its ``n / p`` rows at the measured rate."""
+    fig = measured.load_rows_per_s.get(spec.kind)
+    if fig is None or not fig.measured:
+        why = fig.source if fig is not None else f"no load rate of {spec.kind} in the inputs"
+        return {"load": Estimate("load", None, "s", "", notes=(why,))}
+    mem, measured_mem, _ = _memory(spec, n, dim, measured, cluster, corner)
+    per = int(query_nodes(mem, cluster, measured_mem.inputs["ratio"]).inputs["per_replica"])
+    rate = corner.at(f"load.{spec.kind}", fig) * (4 * fig.dim + 8) / (4 * dim + 8)
+    return {"load": Estimate(
+        "load", n / per / rate, "s", "n / p / (rate (4 d_measured + 8) / (4 d + 8))",
+        {"n": n, "p": per, "rate": rate, "source": fig.source},
+        notes=("each query node loads its rows at a standalone's measured rate, not scaled by "
+               "cores",),
+    )}  # fmt: skip
+
+
+def _replica_qps(spec: IndexSpec, n: int, dim: int, measured: MeasuredInputs, cluster: ClusterSpec,
+                 per_replica: int, mode: str, corner: Corner, clients_per_core: float | None,
+                 ) -> tuple[float, dict[str, Any], tuple[str, ...]]:  # fmt: skip
+    """Queries/s of one replica of ``per_replica`` nodes in ``mode`` (module docstring)."""
+    seg_mb = _seg(measured, cluster)
+    q, fig, notes = search_rate(measured, spec.kind, mode, corner)
+    rate, m_n, m_dim, more = speed(measured, spec.kind, mode, fig, cluster.query_node_cores,
+                                   corner, value=q)  # fmt: skip
+    work = query_work(spec.kind, m_n, m_dim, seg_mb) / query_work(spec.kind, n, dim, seg_mb)
+    curve = measured.concurrency
+    eff = 1.0
+    if mode == "single" and clients_per_core is not None and curve is not None:
+        eff = curve.efficiency(clients_per_core)
+    inputs = {"nodes": per_replica, "node_rate": rate, "work_ratio": work, "efficiency": eff,
+              "source": fig.source}  # fmt: skip
+    if fig.quality is not None:
+        inputs["quality"] = fig.quality.text()
+    return per_replica * rate * work * eff, inputs, notes + more
+
+
+def _serve(spec: IndexSpec, n: int, dim: int, measured: MeasuredInputs, cluster: ClusterSpec,
+           corner: Corner, mode: str, target: float | None, cpc: float | None,
+           ) -> dict[str, Estimate]:  # fmt: skip
+    """Memory, node counts, q/s and clients at one corner."""
+    mem, measured_mem, notes = _memory(spec, n, dim, measured, cluster, corner)
+    ratio = measured_mem.inputs["ratio"]
+    per = int(query_nodes(mem, cluster, ratio).inputs["per_replica"])
+    out = {"memory": mem, "memory_measured": measured_mem,
+           "query_nodes_formula": query_nodes(mem, cluster)}  # fmt: skip
+    other = "batched" if mode == "single" else "single"
+    rates = {m: _replica_qps(spec, n, dim, measured, cluster, per, m, corner, cpc) for m in MODES}
+    reps = {m: max(cluster.replicas, math.ceil(target / rates[m][0])) if target
+            else cluster.replicas for m in MODES}  # fmt: skip
+    for m, key in ((mode, "query_nodes"), (other, f"query_nodes_{other}")):
+        out[key] = Estimate(
+            key, float(per * reps[m]), "nodes",
+            "ceil(memory ratio / (node_gib 2**30 0.9)) max(replicas, ceil(target / replica q/s))",
+            {"per_replica": per, "replicas": reps[m], "ratio": ratio, "target_qps": target,
+             "by": m},
+            notes=notes + (rates[m][2] if target else ()),
+        )  # fmt: skip
+    for m, key in ((mode, "qps"), (other, f"qps_{other}")):
+        out[key] = Estimate(
+            key, reps[mode] * rates[m][0], "q/s",
+            "replicas p rate(cores) work_measured / work(n, d) efficiency",
+            {**rates[m][1], "replicas": reps[mode], "mode": m}, notes=rates[m][2],
+        )  # fmt: skip
+    out["clients"] = _clients(measured.concurrency, per * reps[mode], cluster)
+    return out
+
+
+def _clients(curve: ConcurrencyCurve | None, nodes: int, cl: ClusterSpec) -> Estimate:
+    """Clients sending single queries that saturate the cluster (the curve's clients a core)."""
+    if curve is None:
+        return Estimate("clients", None, "clients", "", notes=("no concurrency curve measured",))
+    return Estimate(
+        "clients to saturate", nodes * cl.query_node_cores * curve.saturation() / curve.cores,
+        "clients", "nodes cores_per_node saturation_clients / cores_measured",
+        {"saturation": curve.saturation(), "cores_measured": curve.cores, "source": curve.source},
+    )  # fmt: skip
+
+
+def _over_corners(group: Callable[[Corner], dict[str, Estimate]]) -> dict[str, Estimate]:
+    """``group`` at the inputs' values, with each output's band over every corner of the
+    bands of the figures it read (the corners in one order, ``by_corner``)."""
+    seen: set[str] = set()
+    base = group(Corner(seen=seen))
+    keys = sorted(seen)
+    runs = [group(Corner(dict(zip(keys, ends))))
+            for ends in itertools.product(("low", "high"), repeat=len(keys))]  # fmt: skip
+    out = {}
+    for name, est in base.items():
+        if est.value is None:
+            out[name] = est
+            continue
+        by = tuple(float(r[name].value) for r in runs)  # type: ignore[arg-type]
+        out[name] = Estimate(est.name, est.value, est.unit, est.formula, est.inputs,
+                             min(by), max(by), est.notes, by)  # fmt: skip
+    return out
+
+
+def estimate(
     spec: IndexSpec,
     n: int,
     dim: int,
     measured: MeasuredInputs,
     cluster: ClusterSpec,
-    nodes_per_replica: int,
-    clients_per_core: float | None = None,
-) -> Estimate:
-    """Queries/s of the cluster (module docstring); ``clients_per_core`` None: saturated."""
-    fig = _figure(measured.search_qps, spec.kind, "search rate")
-    curve = measured.concurrency
-    if clients_per_core is None:
-        clients_per_core = curve.saturation() / curve.cores
-    eff = curve.efficiency(clients_per_core)
-    scale = _work(spec.kind, fig.n, fig.dim, cluster.segment_mb) / _work(
-        spec.kind, n, dim, cluster.segment_mb
-    )
-    cores = nodes_per_replica * cluster.query_node_cores
-    value = cluster.replicas * cores * fig.value / fig.cores * scale * eff
-    return Estimate(
-        "queries/s",
-        value,
-        "q/s",
-        "replicas cores_per_replica (qps / cores_measured) work_measured / work(n, d) efficiency",
-        {"replicas": cluster.replicas, "cores_per_replica": cores, "qps": fig.value,
-         "cores_measured": fig.cores, "work_ratio": scale, "efficiency": eff,
-         "clients": clients_per_core * cores * cluster.replicas, "source": fig.source},
-    )  # fmt: skip
-
-
-def estimate(
-    spec: IndexSpec, n: int, dim: int, measured: MeasuredInputs, cluster: ClusterSpec
-) -> dict[str, Estimate]:
-    """Every output for one index at ``n`` rows of ``dim``: memory, nodes, build, insert, q/s."""
-    _positive("n (rows)", n)
-    _positive("dim", dim)
-    mem = memory_per_replica(spec, n, dim, cluster.segment_mb)
-    nodes = query_nodes(mem, cluster)
-    per_replica = int(nodes.inputs["per_replica"])
-    return {
-        "memory": mem,
-        "query_nodes": nodes,
-        "build": build_seconds(spec, n, dim, measured, cluster),
-        "insert": insert_seconds(n, dim, measured, cluster),
-        "qps": cluster_qps(spec, n, dim, measured, cluster, per_replica),
-    }
-
-
-def peak_note(measured: MeasuredInputs, spec: IndexSpec = IndexSpec("IVF_FLAT")) -> str:
-    """How the measured standalone peak RSS compares with the formula at its size."""
-    peak = measured.standalone_peak_rss
-    if peak is None:
-        return "No standalone peak RSS was measured."
-    steady = memory_per_replica(spec, peak.n, peak.dim)
-    ratio = peak.value / steady.value
-    return (
-        f"A Milvus standalone building and loading {spec.kind} at {peak.n:,} x {peak.dim} "
-        f"peaked at {peak.value / GIB:.1f} GiB, {ratio:.1f}x the formula's "
-        f"{steady.value / GIB:.2f} GiB ({peak.source}): the formula is a query node's "
-        "steady state; size index nodes and a standalone server by the measured ratio."
-    )
-
-
-def _num(x: float) -> str:
-    return f"{x:,.0f}" if x >= 100 else f"{x:,.1f}" if x >= 10 else f"{x:.2f}"
-
-
-def markdown_table(
-    measured: MeasuredInputs,
     *,
-    sizes: Sequence[int] = (10_000_000, 100_000_000),
-    dims: Mapping[str, int] = DEFAULT_DIMS,
-    cluster: ClusterSpec | None = None,
-    specs: Sequence[IndexSpec] = tuple(IndexSpec(k) for k in INDEX_TYPES),
-) -> str:
-    """The cost table of ``docs/scale-out.md``: one row per dimension, size and index."""
-    cl = cluster or ClusterSpec()
-    head = (
-        f"| method (d) | vectors | index | memory / replica (GiB) | query nodes "
-        f"({cl.replicas} replicas) | build, {cl.index_nodes} index nodes (min) | insert (min) "
-        f"| q/s, saturated | clients to saturate |"
-    )
-    lines = [head, "|---|---:|---|---:|---:|---:|---:|---:|---:|"]
-    for method, d in dims.items():
-        for n in sizes:
-            for spec in specs:
-                e = estimate(spec, n, d, measured, cl)
-                params = spec.label(d)
-                lines.append(
-                    f"| {method} ({d}) | {n / 1e6:,.0f}M | {spec.kind}"
-                    f"{f' ({params})' if params else ''} | {_num(e['memory'].value / GIB)} "
-                    f"| {e['query_nodes'].value:.0f} | {_num(e['build'].value / 60)} "
-                    f"| {_num(e['insert'].value / 60)} | {_num(e['qps'].value)} "
-                    f"| {e['qps'].inputs['clients']:,.0f} |"
-                )
-    return "\n".join(lines)
+    mode: str = "single",
+    target_qps: float | None = None,
+    clients_per_core: float | None = None,
+) -> dict[str, Estimate]:
+    """Every output for one index at ``n`` rows of ``dim``, each with its band: ``memory``
+    (formula) and ``memory_measured``, ``query_nodes_formula``, ``query_nodes`` (sized by
+    ``mode``, default single queries, and ``target_qps``) and ``query_nodes_<other mode>``,
+    ``qps`` and ``qps_<other mode>`` of that cluster, ``clients``, ``build``, ``load``,
+    ``insert``. ``clients_per_core`` None: saturated.
+
+    Raises:
+        ValueError: a size, count or target that is not a positive number, an unknown mode.
+        NotMeasuredError: a q/s or build rate the inputs do not hold (what to measure).
+    """
+    for name, value in (("n (rows)", n), ("dim", dim)):
+        positive(name, value)
+        if not float(value).is_integer():
+            raise ValueError(f"{name} must be a whole number, got {value!r}")
+    positive("target_qps", target_qps, optional=True)
+    positive("clients_per_core", clients_per_core, optional=True)
+    if mode not in MODES:
+        raise ValueError(f"mode must be one of {', '.join(MODES)}, got {mode!r}")
+    n, dim = int(n), int(dim)
+    args = (spec, n, dim, measured, cluster)
+    out = _over_corners(lambda c: _serve(*args, c, mode, target_qps, clients_per_core))
+    out.update(_over_corners(lambda c: {"build": build_seconds(*args, c)}))
+    out.update(_over_corners(lambda c: _load(*args, c)))
+    out.update(_over_corners(lambda c: {"insert": insert_seconds(n, dim, measured, cluster, c)}))
+    return out
