@@ -13,6 +13,8 @@ state), one call each, None when the cells hold nothing to draw.
   with its best approximate setting beside it (how methods decay with distractors).
 * :func:`cost_vs_size`: memory and build seconds against collection size, one line
   per store and index type (the builds' own figures, not extrapolated).
+* :func:`control_vs_qps` (``--control``): ANN recall against queries/s of the
+  cross-modal and the in-distribution control queries on the same builds.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ from typing import Any
 from imsearch_align.collection.deploy import DEFAULT_DELTA, deploy_marks
 from imsearch_align.experiment.study_cell import EXACT_INDEX_TYPES
 
-__all__ = ["cost_vs_size", "quality_vs_qps", "quality_vs_size", "recall_vs_qps"]
+__all__ = ["control_vs_qps", "cost_vs_size", "quality_vs_qps", "quality_vs_size", "recall_vs_qps"]
 
 _MB = 1 / 2**20
 
@@ -51,6 +53,12 @@ def _log_x(ax: Any, label: str) -> None:
     ax.xaxis.set_minor_formatter(NullFormatter())
     ax.set_xlabel(label)
     grid(ax)
+
+
+def _effort(cell: dict[str, Any]) -> tuple:
+    """A cell's place in its build's sweep: its search parameters' values, in order."""
+    params = (cell.get("index") or {}).get("search_params") or {}
+    return tuple(sorted((k, v) for k, v in params.items() if isinstance(v, int | float)))
 
 
 def _bars(c: dict[str, Any], metric: str, x: float, y: float) -> tuple[Any, Any]:
@@ -146,11 +154,10 @@ def recall_vs_qps(
     colours = dict(zip(keys, palette() * 6, strict=False))
     for ax, size in zip(axes, sizes, strict=True):
         for key in keys:
-            pts = sorted(
-                (c["queries_per_s"], c["metrics"][metric]) for c in cells
-                if c["collection"]["size"] == size
-                and (c["method"], c["store"], c["index"]["type"]) == key
-            )  # fmt: skip
+            mine = sorted((c for c in cells if c["collection"]["size"] == size
+                           and (c["method"], c["store"], c["index"]["type"]) == key),
+                          key=_effort)  # fmt: skip
+            pts = [(c["queries_per_s"], c["metrics"][metric]) for c in mine]
             if pts:
                 ax.plot(*zip(*pts, strict=True), marker="o", ms=3, color=colours[key],
                         label=" ".join(key))  # fmt: skip
@@ -227,6 +234,46 @@ def cost_vs_size(
         ax.set_yscale("log")
         ax.set_ylabel(label)
     axes[-1].legend(fontsize=7, loc="upper left")
+    if title:
+        fig.suptitle(title)
+    return save(fig, out_path)
+
+
+def control_vs_qps(
+    cells: Sequence[dict[str, Any]], metric: str, out_path: str | os.PathLike, *, title: str = ""
+) -> Path | None:
+    """``--control``: ANN recall ``metric`` against queries/s of the cross-modal queries
+    (solid) and of the in-distribution control queries (dashed) on the same builds, a
+    panel per collection size, a line pair per method, store and index type: the gap
+    between a pair is what the modality gap costs the index."""
+    from imsearch_align.plots._figure import palette, save
+
+    cells = [c for c in _ok(cells) if c.get("control") and c.get("metrics", {}).get(metric)]
+    cells = [c for c in cells if c["index"]["type"].lower() not in EXACT_INDEX_TYPES]
+    sizes = sorted({c["collection"]["size"] for c in cells})
+    if not sizes:
+        return None
+    fig, axes = _panels(len(sizes))
+    keys = sorted({(c["method"], c["store"], c["index"]["type"]) for c in cells})
+    colours = dict(zip(keys, palette() * 6, strict=False))
+    for ax, size in zip(axes, sizes, strict=True):
+        for key in keys:
+            mine = [c for c in cells if c["collection"]["size"] == size
+                    and (c["method"], c["store"], c["index"]["type"]) == key]  # fmt: skip
+            mine.sort(key=_effort)  # joined in sweep order: q/s is noisy, effort is not
+            cross = [(c["queries_per_s"], c["metrics"][metric]) for c in mine]
+            ctl = [(c["control"]["queries_per_s"], c["control"]["ann_recall"]["mean"])
+                   for c in mine]  # fmt: skip
+            if cross:
+                ax.plot(*zip(*cross, strict=True), marker="o", ms=3, color=colours[key],
+                        label=" ".join(key) + " (cross-modal)")  # fmt: skip
+                ax.plot(*zip(*ctl, strict=True), marker="x", ms=3, ls="--",
+                        color=colours[key], label=" ".join(key) + " (control)")  # fmt: skip
+        ax.axhline(0.9, color="grey", ls=":", lw=1)
+        _log_x(ax, "queries/s (batched, log)")
+        ax.set_title(f"{size:,} items")
+    axes[0].set_ylabel(f"{metric} (dashed: control queries)")
+    axes[-1].legend(fontsize=6, loc="lower left")
     if title:
         fig.suptitle(title)
     return save(fig, out_path)

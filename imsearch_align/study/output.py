@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from imsearch_align.collection.study_figures import (
+    control_vs_qps,
     cost_vs_size,
     quality_vs_qps,
     quality_vs_size,
@@ -69,6 +70,10 @@ def write_outputs(result: StudyResult) -> dict[str, Path]:
             f"quality_vs_size_{d}": quality_vs_size(
                 mine, metric, out / f"quality_vs_size_{d}.png", title=f"{d}: quality vs size"
             ),
+            f"control_vs_qps_{d}": control_vs_qps(
+                mine, f"{d}/ann_recall@{max(ks)}", out / f"control_vs_qps_{d}.png",
+                title=f"{d}: cross-modal vs in-distribution control queries",
+            ),
             f"cost_vs_size_{d}": cost_vs_size(
                 mine, out / f"cost_vs_size_{d}.png", title=f"{d}: memory and build vs size"
             ),
@@ -91,7 +96,7 @@ def summary(result: StudyResult) -> str:
     lines.append(f"{len(result.cells) - bad}/{len(result.cells)} cells ok in {total:.0f} s; "
                  f"results in {result.out}/")  # fmt: skip
     for name, path in result.outputs.items():
-        if name.startswith(("quality_", "recall_", "cost_")):
+        if name.startswith(("quality_", "recall_", "cost_", "control_")):
             lines.append(f"figure:      {path}")
     if "leaderboard" in result.outputs:
         lines.append(f"leaderboard: {result.outputs['leaderboard']} (CSV: {result.outputs['csv']})")
