@@ -32,14 +32,21 @@ from imsearch_align.collection.recall import ann_recall_at_k
 from imsearch_align.collection.synthetic import SyntheticSource
 from imsearch_align.datasets.base import SUPPORT_SPLIT
 
-__all__ = ["ControlError", "Controls", "control_queries", "measure_control"]
+__all__ = [
+    "ControlError",
+    "Controls",
+    "collection_sample",
+    "control_queries",
+    "measure_control",
+    "predict",
+]
 
 
 class ControlError(ValueError):
     """``--control`` cannot be served: no in-distribution rows to spare."""
 
 
-@dataclass(frozen=True)
+@dataclass
 class Controls:
     """The control queries of one fitted method and direction.
 
@@ -47,11 +54,59 @@ class Controls:
         ids: their source ids (support-split ids, or the synthetic source's row ids).
         queries: ``(n, d)`` float32, mapped through the method as documents are.
         source: what they are, as the cells name it.
+        predictor: how far the cross-modal queries sit from the documents, measured
+            without an index (:func:`predict`), once per method.
     """
 
     ids: np.ndarray
     queries: np.ndarray
     source: str
+    predictor: dict[str, Any] | None = None
+
+
+#: Documents sampled for the predictors (uniformly over the largest collection).
+PREDICTOR_SAMPLE = 20_000
+#: IVF lists and probes of the predictors' own clustering (an index-free proxy).
+PREDICTOR_NLIST, PREDICTOR_NPROBE = 128, 8
+
+
+def collection_sample(coll: Any, n: int, seed: int) -> np.ndarray:
+    """A seeded uniform sample of about ``n`` aligned rows of the collection ``coll`` (a
+    :class:`~imsearch_align.collection.aligned.CollectionBlocks`, streamed once)."""
+    rng = np.random.default_rng(seed)
+    keep = min(1.0, n / max(int(coll.n_rows), 1))
+    parts = [np.asarray(b, np.float32)[rng.random(len(b)) < keep] for _, b in coll]
+    return np.concatenate(parts) if parts else np.zeros((0, coll.dim), np.float32)
+
+
+def predict(queries: np.ndarray, controls: Controls, docs: np.ndarray, seed: int) -> dict:
+    """The index-free predictors of the cross-modal cost (issue 38 item 3) on a sample of
+    documents: the best inner product of a query to any document over that of a control
+    (:func:`~imsearch_align.collection.ood_predict.nn_similarity_ratio`), and the share of
+    each query's true top-10 in its nearest lists of a clustering of the sample, over the
+    controls' (:func:`~imsearch_align.collection.ood_predict.ivf_list_share`)."""
+    from imsearch_align.collection.ood_predict import (
+        ivf_centroids,
+        ivf_list_share,
+        nn_similarity_ratio,
+    )
+
+    nn = nn_similarity_ratio(queries, docs, controls.queries, seed=seed)
+    nlist = max(1, min(PREDICTOR_NLIST, len(docs) // 39))
+    cents = ivf_centroids(docs, nlist, seed=seed)
+    share = ivf_list_share(queries, docs, cents, min(PREDICTOR_NPROBE, nlist), k=10,
+                           controls=controls.queries, seed=seed)  # fmt: skip
+    return {
+        "nn_similarity_ratio": nn["ratio"],
+        "ivf_list_share_ratio": share["ratio"],
+        "ivf_list_share": {
+            "queries": share["queries"],
+            "controls": share["controls"],
+            "nlist": nlist,
+            "nprobe": share["nprobe"],
+        },
+        "documents_sampled": len(docs),
+    }
 
 
 def _held_out(study: Any, config: Any, modality: str, fitted: np.ndarray, n: int, seed: int,
@@ -124,6 +179,7 @@ def measure_control(
     recall = ann_recall_at_k(ids, truth, k)
     return {
         "source": controls.source,
+        "predictor": controls.predictor,
         "queries": len(controls.ids),
         "ann_recall": {"k": k, "mean": recall.mean, "uncertain": recall.n_uncertain},
         "queries_per_s": qps,

@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from imsearch_align.collection.ood_report import ood_markdown
 from imsearch_align.collection.study_figures import (
     control_vs_qps,
     cost_vs_size,
@@ -53,7 +54,11 @@ def write_outputs(result: StudyResult) -> dict[str, Path]:
     df = cells_frame(cells, ks, result.spec.deploy_delta)
     paths = {"csv": out / "collection.csv", "leaderboard": out / "leaderboard.md"}
     atomic_write(paths["csv"], df.to_csv(index=False))
-    atomic_write(paths["leaderboard"], leaderboard(df, ks))
+    ood = ood_markdown(cells, max(ks))  # --control: what cross-modal queries cost
+    atomic_write(paths["leaderboard"], leaderboard(df, ks) + ("\n" + ood if ood else ""))
+    if ood:
+        paths["ood"] = out / "ood.md"
+        atomic_write(paths["ood"], ood)
     delta = result.spec.deploy_delta
     for d in result.spec.directions:
         metric = f"{d}/HitRate@{max(ks)}"
@@ -98,6 +103,8 @@ def summary(result: StudyResult) -> str:
     for name, path in result.outputs.items():
         if name.startswith(("quality_", "recall_", "cost_", "control_")):
             lines.append(f"figure:      {path}")
+    if "ood" in result.outputs:
+        lines.append(f"ood cost:    {result.outputs['ood']}")
     if "leaderboard" in result.outputs:
         lines.append(f"leaderboard: {result.outputs['leaderboard']} (CSV: {result.outputs['csv']})")
     for kind, found in (("filtered", result.filtered), ("concurrency", result.concurrency)):

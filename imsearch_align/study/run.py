@@ -24,7 +24,13 @@ from typing import Any, TextIO
 import numpy as np
 
 from imsearch_align.collection import CollectionBlocks, DistractorError, exact_truth
-from imsearch_align.collection.control import ControlError, control_queries
+from imsearch_align.collection.control import (
+    PREDICTOR_SAMPLE,
+    ControlError,
+    collection_sample,
+    control_queries,
+    predict,
+)
 from imsearch_align.collection.extras import ConcurrencyPlan
 from imsearch_align.collection.filtered_study import FilterPlan
 from imsearch_align.collection.geometry_report import distractor_report
@@ -269,6 +275,10 @@ def _collection(
         return truths[digest]
 
     controls = prep.controls
+    if controls is not None:  # this collection's index-free predictors of the OOD cost
+        sample = collection_sample(coll, PREDICTOR_SAMPLE, spec.seed)
+        controls.predictor = predict(prep.queries, controls, sample, spec.seed)
+        del sample
 
     def control_truth_of(digest: str) -> Any:
         key = "control:" + digest

@@ -91,3 +91,30 @@ def test_a_cell_measured_without_controls_is_measured_again(tmp_path):
     assert all("control" in c for c in again.cells)
     stored = [json.loads(p.read_text()) for p in (tmp_path / "o").glob("image_*.json")]
     assert stored and all("control" in c for c in stored)
+
+
+def test_the_study_reports_the_ood_cost_of_each_build_from_its_cells(tmp_path):
+    """ood.md (and the leaderboard's section) holds, per build, the cost recomputed from
+    the cells' own recall curves by ood_cost; every cell names the collection's
+    index-free predictors."""
+    from imsearch_align.collection.ood import ood_cost
+    from imsearch_align.collection.ood_report import ood_rows
+
+    spec = _spec(tmp_path, n=(40,), stores=("faiss",), index=("faiss:ivf_flat:nprobe=1,2,4,8",))
+    result = run_study(spec, progress=False)
+    assert result.exit_code == 0
+    text = (tmp_path / "o" / "ood.md").read_text()
+    assert "| procrustes | t2i | faiss | ivf_flat |" in text
+    assert (
+        "What cross-modal queries cost the index" in (tmp_path / "o" / "leaderboard.md").read_text()
+    )
+    cells = sorted(result.cells, key=lambda c: c["index"]["search_params"]["nprobe"])
+    for c in cells:
+        pred = c["control"]["predictor"]
+        assert pred["nn_similarity_ratio"] > 0 and pred["documents_sampled"] > 0
+    ((row),) = ood_rows(result.cells, 10)
+    direct = ood_cost([c["index"]["search_params"]["nprobe"] for c in cells],
+                      [c["metrics"]["t2i/ann_recall@10"] for c in cells],
+                      [c["control"]["ann_recall"]["mean"] for c in cells])  # fmt: skip
+    assert row["median effort ratio"] == direct["median_ratio"]
+    assert row["gap"] is None or row["gap"] == direct["gap_at"].get("16")
