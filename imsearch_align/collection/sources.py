@@ -156,7 +156,7 @@ class DistractorSource(ABC):
         }
         path = getattr(self, "path", None)
         if path is not None:
-            out["sha256"] = _file_sha256(path)
+            out["sha256"] = file_sha256(path)
         return out
 
     def __len__(self) -> int:
@@ -317,7 +317,7 @@ class ArraySource(DistractorSource):
 _DIGESTS: dict[tuple[str, int, int], str] = {}
 
 
-def _file_sha256(path: Any) -> str:
+def file_sha256(path: Any) -> str:
     """SHA-256 of a file's bytes (remembered per path, size and modification time)."""
     import hashlib
     import os

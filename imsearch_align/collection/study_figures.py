@@ -137,27 +137,47 @@ def quality_vs_qps(
     return save(fig, out_path)
 
 
-def recall_vs_qps(
-    cells: Sequence[dict[str, Any]], metric: str, out_path: str | os.PathLike, *, title: str = ""
-) -> Path | None:
-    """ANN recall ``metric`` (``t2i/ann_recall@10``) against queries/s, a panel per size,
-    a line per method, store and index type (its settings in q/s order)."""
-    from imsearch_align.plots._figure import palette, save
+def _sweeps(
+    cells: Sequence[dict[str, Any]], metric: str, *, control: bool = False
+) -> tuple[Any, ...] | None:
+    """The approximate ok cells holding ``metric`` (and a control block when ``control``),
+    a figure with a panel per collection size, the (method, store, index type) lines and
+    their colours; None when there is nothing to draw."""
+    from imsearch_align.plots._figure import palette
 
-    cells = [c for c in _ok(cells) if c.get("metrics", {}).get(metric) is not None]
-    cells = [c for c in cells if c["index"]["type"].lower() not in EXACT_INDEX_TYPES]
+    cells = [c for c in _ok(cells) if (c.get("metrics") or {}).get(metric) is not None]
+    cells = [c for c in cells if c["index"]["type"].lower() not in EXACT_INDEX_TYPES
+             and (c.get("control") or not control)]  # fmt: skip
     sizes = sorted({c["collection"]["size"] for c in cells})
     if not sizes:
         return None
     fig, axes = _panels(len(sizes))
     keys = sorted({(c["method"], c["store"], c["index"]["type"]) for c in cells})
     colours = dict(zip(keys, palette() * 6, strict=False))
+    return cells, sizes, fig, axes, keys, colours
+
+
+def _line(cells: list[dict[str, Any]], size: int, key: tuple) -> list[dict[str, Any]]:
+    """The cells of one line of one panel, in sweep order (q/s is noisy, effort is not)."""
+    mine = [c for c in cells if c["collection"]["size"] == size
+            and (c["method"], c["store"], c["index"]["type"]) == key]  # fmt: skip
+    return sorted(mine, key=_effort)
+
+
+def recall_vs_qps(
+    cells: Sequence[dict[str, Any]], metric: str, out_path: str | os.PathLike, *, title: str = ""
+) -> Path | None:
+    """ANN recall ``metric`` (``t2i/ann_recall@10``) against queries/s, a panel per size,
+    a line per method, store and index type (its settings in sweep order)."""
+    from imsearch_align.plots._figure import save
+
+    found = _sweeps(cells, metric)
+    if found is None:
+        return None
+    cells, sizes, fig, axes, keys, colours = found
     for ax, size in zip(axes, sizes, strict=True):
         for key in keys:
-            mine = sorted((c for c in cells if c["collection"]["size"] == size
-                           and (c["method"], c["store"], c["index"]["type"]) == key),
-                          key=_effort)  # fmt: skip
-            pts = [(c["queries_per_s"], c["metrics"][metric]) for c in mine]
+            pts = [(c["queries_per_s"], c["metrics"][metric]) for c in _line(cells, size, key)]
             if pts:
                 ax.plot(*zip(*pts, strict=True), marker="o", ms=3, color=colours[key],
                         label=" ".join(key))  # fmt: skip
@@ -246,21 +266,15 @@ def control_vs_qps(
     (solid) and of the in-distribution control queries (dashed) on the same builds, a
     panel per collection size, a line pair per method, store and index type: the gap
     between a pair is what the modality gap costs the index."""
-    from imsearch_align.plots._figure import palette, save
+    from imsearch_align.plots._figure import save
 
-    cells = [c for c in _ok(cells) if c.get("control") and c.get("metrics", {}).get(metric)]
-    cells = [c for c in cells if c["index"]["type"].lower() not in EXACT_INDEX_TYPES]
-    sizes = sorted({c["collection"]["size"] for c in cells})
-    if not sizes:
+    found = _sweeps(cells, metric, control=True)
+    if found is None:
         return None
-    fig, axes = _panels(len(sizes))
-    keys = sorted({(c["method"], c["store"], c["index"]["type"]) for c in cells})
-    colours = dict(zip(keys, palette() * 6, strict=False))
+    cells, sizes, fig, axes, keys, colours = found
     for ax, size in zip(axes, sizes, strict=True):
         for key in keys:
-            mine = [c for c in cells if c["collection"]["size"] == size
-                    and (c["method"], c["store"], c["index"]["type"]) == key]  # fmt: skip
-            mine.sort(key=_effort)  # joined in sweep order: q/s is noisy, effort is not
+            mine = _line(cells, size, key)
             cross = [(c["queries_per_s"], c["metrics"][metric]) for c in mine]
             ctl = [(c["control"]["queries_per_s"], c["control"]["ann_recall"]["mean"])
                    for c in mine]  # fmt: skip

@@ -9,12 +9,11 @@ so the same flags mean the same data in both.
 
 from __future__ import annotations
 
-import hashlib
-import os
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from imsearch_align.collection.sources import file_sha256
 from imsearch_align.experiment.config import ExperimentConfig
 from imsearch_align.framework.errors import ConfigError
 
@@ -94,21 +93,6 @@ FOLDER_PARAMS = frozenset({"root"})
 #: The parameters of :func:`dataset_spec` that name a file: the data is its bytes.
 FILE_PARAMS = frozenset({"image_path", "text_path", "text_image"})
 
-_DIGESTS: dict[tuple[str, int, int], str] = {}
-
-
-def _file_sha256(path: str | os.PathLike) -> str:
-    """SHA-256 (hex) of a file's bytes, remembered per path, size and modification time."""
-    st = os.stat(path)
-    key = (os.path.realpath(path), st.st_size, st.st_mtime_ns)
-    if key not in _DIGESTS:
-        h = hashlib.sha256()
-        with open(path, "rb") as f:
-            for chunk in iter(lambda: f.read(1 << 22), b""):
-                h.update(chunk)
-        _DIGESTS[key] = h.hexdigest()
-    return _DIGESTS[key]
-
 
 def data_identity(params: Mapping[str, Any]) -> dict[str, Any]:
     """What the data of :func:`dataset_spec`'s ``params`` is, the same on every machine:
@@ -125,7 +109,7 @@ def data_identity(params: Mapping[str, Any]) -> dict[str, Any]:
     out: dict[str, Any] = {
         "params": {k: v for k, v in sorted(params.items()) if k not in FOLDER_PARAMS | FILE_PARAMS}
     }
-    files = {k: _file_sha256(Path(v).expanduser()) for k, v in params.items() if k in FILE_PARAMS}
+    files = {k: file_sha256(Path(v).expanduser()) for k, v in params.items() if k in FILE_PARAMS}
     if files:
         out["files"] = dict(sorted(files.items()))
     return out
