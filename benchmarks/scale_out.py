@@ -139,6 +139,8 @@ def _parser() -> argparse.ArgumentParser:
         help="the clients' CPUs, none of the server's (default: 2,3)",
     )
     ap.add_argument("--repeats", type=int, default=3, help="--measure-cores repeats")
+    ap.add_argument("--measure-rows", type=int, default=1_000_000,
+                    help="--measure-cores: rows of the collection measured")  # fmt: skip
     return ap
 
 
@@ -271,7 +273,7 @@ def measure_cores(args: argparse.Namespace, measure_at: Any = None) -> int:
     results = {len(s): run(s, client, args) for s in sorted(server, key=len)}
     now = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     setting = " ".join(f"{k} {v}" for k, v in {**_BUILD[args.index], **_SEARCH[args.index]}.items())
-    entry = core_entry(results, kind=args.index, n=_ROWS, dim=args.dim, when=now,
+    entry = core_entry(results, kind=args.index, n=args.measure_rows, dim=args.dim, when=now,
                        setting=f"{args.index} {setting}".strip(),
                        command=shlex.join(["python", "benchmarks/scale_out.py",
                                            *sys.argv[1:]]))  # fmt: skip
@@ -309,15 +311,16 @@ def _measure_at(server: frozenset[int], client: frozenset[int], args: argparse.N
             store = STORES.get("milvus")(srv.uri, **params, check_duplicates=False)
             name = f"cores_{len(server)}"
             store.create_collection(name, args.dim)
-            data = cone_vectors(_ROWS + _QUERIES, args.dim, seed=0)  # one cone: rows, queries
-            for s in range(0, _ROWS, 50_000):
-                rows = data[s : min(_ROWS, s + 50_000)]
+            n = args.measure_rows
+            data = cone_vectors(n + _QUERIES, args.dim, seed=0)  # one cone: rows, queries
+            for s in range(0, n, 50_000):
+                rows = data[s : min(n, s + 50_000)]
                 store.insert(name, rows, np.arange(s, s + len(rows), dtype=np.int64))
             ready = store.make_searchable(name)
             out: dict[str, list[float]] = {
-                "build": [_ROWS / (ready["flush_s"] + ready["index_s"])], "batched": [],
+                "build": [n / (ready["flush_s"] + ready["index_s"])], "batched": [],
                 "single": []}  # fmt: skip
-            queries = data[_ROWS:]
+            queries = data[n:]
             spec = StoreSpec("milvus", {"uri": srv.uri, **params})
             for _ in range(args.repeats):
                 out["batched"].append(search_batched(store, name, queries, 10, 100)[2])

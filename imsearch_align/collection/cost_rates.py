@@ -82,10 +82,8 @@ def search_rate(
     says what to measure)."""
     fig = measured.qps(kind, mode)
     pinned = _pinned(measured, kind, mode)
-    if pinned is not None:
-        two = pinned[1]
-        base = fig if fig is not None and fig.measured else two
-        return corner.at(f"cores.{kind}.{mode}.2", two), base, ()
+    if pinned is not None and not (fig is not None and fig.measured):
+        return corner.at(f"cores.{kind}.{mode}.2", pinned[1]), pinned[1], ()
     if fig is not None and fig.measured:
         return corner.at(f"qps.{kind}.{mode}", fig), fig, _rpc_note(fig)
     why = fig.source if fig is not None else f"no {mode} q/s of {kind} in the inputs"
@@ -123,22 +121,28 @@ def speed(
     """``(rate of one node of cores, n, dim it was measured at, notes)`` of ``what``
     (``single``, ``batched``, ``build``) for ``kind``.
 
-    With ``core_scaling[kind][what]`` measured at 1 and 2 cores: the 2-core rate ``q2``
-    times ``amdahl(cores, r) / amdahl(2, r)``, ``r = q2 / q1`` (each read at the corner's
-    end). Else ``value`` (default: ``fig`` at the corner) times ``cores / fig.cores``,
-    noted as assumed linear."""
+    With ``core_scaling[kind][what]`` measured at 1 and 2 cores, only its speed-up is used:
+    ``value`` (default: ``fig`` at the corner, measured on ``fig.cores`` cores at its own
+    size) times ``amdahl(cores, r) / amdahl(fig.cores, r)``, ``r = q2 / q1`` (each read at
+    the corner's end). The pinned rates themselves are not the base: they are measured on
+    another collection (and host), and a rate does not move with the index's work where
+    the RPC path bounds it. Without them: ``value`` times ``cores / fig.cores``, noted as
+    assumed linear."""
     pinned = _pinned(measured, kind, what)
     if pinned is not None:
         one, two = pinned
         q1 = corner.at(f"cores.{kind}.{what}.1", one)
         q2 = corner.at(f"cores.{kind}.{what}.2", two)
         r, r0 = q2 / q1, two.value / one.value  # type: ignore[operator]
-        note = (f"{what} rate to {cores} cores: Amdahl's law fitted to the measured 1->2-core "
-                f"speed-up {r0:.2f} (serial share {serial_share(r0):.2f})")  # fmt: skip
-        n, dim = two.n or fig.n, two.dim or fig.dim
-        if n is None or dim is None:
-            raise InputsError(f"core_scaling[{kind}].{what} names no n and dim")
-        return q2 * amdahl(cores, r) / amdahl(2, r), int(n), int(dim), (note,)
+        base = fig if fig.measured and fig.cores else two
+        q = corner.at(f"{what}.{kind}", base) if value is None else value
+        n, dim = base.n or two.n, base.dim or two.dim
+        if n is None or dim is None or not base.cores:
+            raise InputsError(f"core_scaling[{kind}].{what} names no n, dim or cores")
+        note = (f"{what} rate to {cores} cores: the {base.cores}-core figure scaled by "
+                f"Amdahl's law fitted to the measured 1->2-core speed-up {r0:.2f} (serial "
+                f"share {serial_share(r0):.2f})")  # fmt: skip
+        return q * amdahl(cores, r) / amdahl(base.cores, r), int(n), int(dim), (note,)
     if not fig.cores or fig.n is None or fig.dim is None:
         raise InputsError(f"the {what} figure of {kind} names no cores, n or dim: {fig.source}")
     q = corner.at(f"{what}.{kind}", fig) if value is None else value

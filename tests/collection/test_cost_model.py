@@ -243,7 +243,11 @@ def test_the_stored_inputs_say_what_was_measured_and_from_which_cells() -> None:
     for itype in ("IVF_SQ8", "IVF_PQ"):
         assert not m.qps(itype, "batched").measured and not m.build_rows_per_s[itype].measured
     assert not m.qps("HNSW", "single").measured and m.qps("IVF_FLAT", "single").measured
-    assert all(p == (None, None) for per in m.core_scaling.values() for p in per.values())
+    # core scaling: measured for IVF_FLAT only (1 and 2 pinned server cores), else none
+    for kind, per in m.core_scaling.items():
+        for one, two in per.values():
+            assert (one is not None and two is not None) == (kind == "IVF_FLAT"), kind
+            assert one is None or (one.cores, two.cores) == (1, 2)
     assert "IVF_FLAT" in m.core_sources
 
 

@@ -149,7 +149,8 @@ def test_script_estimate_with_the_example_sheet(script, capsys):
     assert script.main(argv) == 0
     out = capsys.readouterr().out
     assert "query nodes, sized by single q/s" in out and "q/s of it, batches" in out
-    assert "assumed linear (not measured)" in out and "(no interval)" in out
+    assert "Amdahl's law fitted to the measured 1->2-core speed-up" in out
+    assert "(no interval)" in out
     assert "EXAMPLE price sheet" in out and "a month is 730 h" in out
     for name in ("example-8c-32g", "example-16c-64g", "example-16c-128g"):
         assert name in out
