@@ -35,6 +35,7 @@ SECTIONS = [
     "scale",
     "collection",
     "client",
+    "filter",
 ]
 
 

@@ -161,11 +161,14 @@ class FilterPlan:
 
     def inserts(self, store: Any, prep: Prepared, coll: CollectionBlocks) -> Any:
         """``ids -> {"category": ...}`` (and ``"label"`` with a label plan) for the inserts
-        into ``store`` (None: it does not filter)."""
+        into ``store`` (None: it does not filter), an
+        :class:`~imsearch_align.collection.filters.AttributeInserts` whose ``declare``
+        names them before the first insert (a store that types its attributes creates the
+        collection with them: Milvus's INT64 fields with a scalar index)."""
 
         if not isinstance(store, FilteredSearch):
             return None
-        return self.table(prep, coll).attributes
+        return self.table(prep, coll).inserts()
 
     def table(self, prep: Prepared, coll: CollectionBlocks) -> AttributeTable:
         """Every attribute of ``coll``'s items (categories; labels with a label plan)."""

@@ -30,6 +30,10 @@ attribute ``label``): any attribute with ``keeps(ids, filter)``.
 The store side is :class:`~imsearch_align.framework.interfaces.FilteredSearch`
 (``insert(..., attributes={"category": ...})``, ``search_filtered``);
 :func:`milvus_expression` spells a filter as Milvus does, for the record.
+What the inserts carry is an :class:`AttributeInserts`: the values of each
+block's ids, and the attribute names declared before the first insert
+(:attr:`AttributeInserts.declare`), so a store that types its attributes
+(Milvus: INT64 fields with a scalar index) creates the collection with them.
 """
 
 from __future__ import annotations
@@ -51,6 +55,7 @@ __all__ = [
     "N_CATEGORIES",
     "SELECTIVITIES",
     "Attribute",
+    "AttributeInserts",
     "AttributeTable",
     "CategoryAttribute",
     "assign_categories",
@@ -137,6 +142,16 @@ class AttributeTable:
         """``{field: values}`` of ``ids`` for every attribute: a store insert's ``attributes=``."""
         return {k: v for c in self.columns.values() for k, v in c.attributes(ids).items()}
 
+    def declare(self) -> dict[str, str]:
+        """``{field: "int64"}`` for every attribute: what a store's ``create_collection(...,
+        attributes=)`` declares before the first insert (every attribute is an integer)."""
+        return {f: "int64" for f in self.columns}
+
+    def inserts(self) -> AttributeInserts:
+        """What the collection's inserts carry (``ids -> {field: values}``), with the names to
+        declare at creation."""
+        return AttributeInserts(self)
+
     def keeps(self, ids: Any, f: Filter) -> np.ndarray:
         """Boolean mask: which of ``ids`` the filter keeps."""
         return self.of_field(f).keeps(ids, f)
@@ -148,6 +163,24 @@ class AttributeTable:
     def kept_ids(self, f: Filter) -> np.ndarray:
         """Every id ``f`` keeps, ascending."""
         return self.of_field(f).kept_ids(f)
+
+
+@dataclass(frozen=True)
+class AttributeInserts:
+    """The attributes of a collection's inserts: called with a block's ids, ``{field:
+    values}`` (a store insert's ``attributes=``); :attr:`declare`, the names and types a
+    store declares when it creates the collection
+    (:func:`~imsearch_align.collection.measure.insert_collection`)."""
+
+    table: AttributeTable
+
+    def __call__(self, ids: Any) -> dict[str, np.ndarray]:
+        return self.table.attributes(ids)
+
+    @property
+    def declare(self) -> dict[str, str]:
+        """``{field: "int64"}`` for every attribute of the table."""
+        return self.table.declare()
 
 
 @dataclass(frozen=True)

@@ -26,7 +26,7 @@ process runs on this machine (``server_rss``; None otherwise).
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -209,6 +209,7 @@ def insert_collection(
     uri: str | None = None,
     in_process: bool = True,
     attributes: Any = None,
+    declare: Mapping[str, str] | None = None,
 ) -> BuildStats:
     """Create ``name`` and insert every ``(ids, block)`` of ``blocks``; then make it searchable.
 
@@ -218,10 +219,20 @@ def insert_collection(
     index of FAISS gets its first :func:`training_rows` rows in one insert,
     and the seconds it trains there count as build time, not insert time.
     ``attributes``: ``ids -> {name: values}``, inserted with each block (filtered search).
+    ``declare``: ``{name: "int64"}``, the attributes a store that types them (class
+    attribute ``typed_attributes = True``: Milvus, INT64 fields with a scalar index)
+    is created with; default ``attributes.declare`` when it has one
+    (:class:`~imsearch_align.collection.filters.AttributeInserts`). Another store is
+    created as without them (its attributes come with the inserts).
     """
     st = BuildStats()
     before = rss_tree() if in_process else None
-    store.create_collection(name, dim)
+    if declare is None:
+        declare = getattr(attributes, "declare", None)
+    if declare and getattr(store, "typed_attributes", False):
+        store.create_collection(name, dim, attributes=dict(declare))
+    else:
+        store.create_collection(name, dim)
     digest = StreamDigest()
     first = training_rows(store)
     for ids, block in _first_rows(blocks, first) if first else blocks:

@@ -26,7 +26,10 @@ IVF_PQ: refused before any work). Search-time parameters (``nprobe``,
 ``ef``) change per collection without a rebuild
 (:class:`~imsearch_align.framework.interfaces.TunableSearch`); filtered
 search over integer attributes sends a Milvus boolean expression
-(:class:`~imsearch_align.framework.interfaces.FilteredSearch`).
+(:class:`~imsearch_align.framework.interfaces.FilteredSearch`); attributes a
+collection declares are INT64 fields with a scalar index each
+(``attribute_storage="typed"``, the default), or, on request, keys of the
+dynamic JSON field (``"dynamic"``).
 
 **Consistency** is ``Bounded`` by default, as production searches: a
 ``Strong`` search makes every request wait for the server to catch up
@@ -111,6 +114,7 @@ The package, one room per job (every public name is importable from here):
 from __future__ import annotations
 
 from imsearch_align.adapters.milvus.config import (
+    ATTRIBUTE_STORAGES,
     CONSISTENCY_LEVELS,
     INDEX_TYPES,
     LITE_REFUSED,
@@ -119,12 +123,14 @@ from imsearch_align.adapters.milvus.config import (
     MAX_REQUEST_BYTES,
     MAX_TOPK,
     OWNER_PROPERTY,
+    SCALAR_INDEXES,
 )
 from imsearch_align.adapters.milvus.errors import MilvusStoreError, MilvusUnavailableError
 from imsearch_align.adapters.milvus.logs import quiet_pymilvus_logs
 from imsearch_align.adapters.milvus.store import MilvusStore
 
 __all__ = [
+    "ATTRIBUTE_STORAGES",
     "CONSISTENCY_LEVELS",
     "INDEX_TYPES",
     "LITE_REFUSED",
@@ -133,6 +139,7 @@ __all__ = [
     "MAX_REQUEST_BYTES",
     "MAX_TOPK",
     "OWNER_PROPERTY",
+    "SCALAR_INDEXES",
     "MilvusStore",
     "MilvusStoreError",
     "MilvusUnavailableError",

@@ -24,11 +24,17 @@ from imsearch_align.adapters.base import (
     CollectionOwnedError,
 )
 from imsearch_align.adapters.filterable import FilterableStore
-from imsearch_align.adapters.milvus.config import ID_FIELD, OWNER_PROPERTY, redact_uri
+from imsearch_align.adapters.milvus.config import (
+    ID_FIELD,
+    OWNER_PROPERTY,
+    SCALAR_INDEXES,
+    redact_uri,
+)
 from imsearch_align.adapters.milvus.connection import MilvusConnection
 from imsearch_align.adapters.milvus.logs import import_pymilvus
 from imsearch_align.adapters.milvus.ready import count_rows
-from imsearch_align.adapters.milvus.schema import info_from_description
+from imsearch_align.adapters.milvus.schema import create_on_server, info_from_description
+from imsearch_align.adapters.milvus.tuning import pq_subquantizers
 
 __all__ = ["MilvusCatalog"]
 
@@ -43,6 +49,9 @@ class MilvusCatalog(FilterableStore):
 
     uri: str
     owner: str
+    index: str
+    index_params: dict[str, int]
+    attribute_storage: str
     timeout: float | None
     check_duplicates: bool
     consistency_level: str
@@ -99,18 +108,56 @@ class MilvusCatalog(FilterableStore):
             return "milvus-lite server"
         return "milvus server (standalone or cluster)"
 
+    @property
+    def scalar_index(self) -> str | None:
+        """The index built on each typed attribute field: ``STL_SORT`` on a Milvus server,
+        ``INVERTED`` on Milvus Lite (which builds no other); None with
+        ``attribute_storage="dynamic"`` (the dynamic field has none)."""
+        if self.attribute_storage != "typed":
+            return None
+        return SCALAR_INDEXES["lite" if self.lite_server else "server"]
+
     def provenance(self) -> dict[str, Any]:
-        """Client package versions, the server's version, the deployment, the consistency level.
+        """Client package versions, the server's version, the deployment, the consistency
+        level, and where declared attributes are kept.
 
         ``consistency_level`` is the level every search used (the default
-        too, which ``config.store_params`` does not hold). Never the token or
-        a local path (a Lite data directory is not recorded).
+        too, which ``config.store_params`` does not hold);
+        ``attribute_storage`` (``typed`` or ``dynamic``) and ``scalar_index``
+        (the index on each typed attribute, None for ``dynamic``) say how a
+        filter was evaluated. Never the token or a local path (a Lite data
+        directory is not recorded).
         """
         out = super().provenance()
         out["server_version"] = self.server_version()
         out["deployment"] = self.deployment
         out["consistency_level"] = self.consistency_level
+        out["attribute_storage"] = self.attribute_storage
+        out["scalar_index"] = self.scalar_index
         return out
+
+    def _create_on_server(self, info: CollectionInfo) -> None:
+        """Make ``info`` on the server: its vector index, its attributes typed with a scalar
+        index each (or in the dynamic field), loaded (see
+        :func:`~imsearch_align.adapters.milvus.schema.create_on_server`)."""
+        params = dict(self.index_params)
+        if self.index == "IVF_PQ" and not info.sparse:
+            params["m"] = pq_subquantizers(params.get("m"), info.dim, info.name)
+        typed = self.attribute_storage == "typed"
+        create_on_server(
+            self._call,
+            self._run,
+            info,
+            index=self.index,
+            index_params=params,
+            consistency_level=self.consistency_level,
+            owner=self.owner,
+            uri=self.uri,
+            lite=bool(params) and (self.is_lite or self.lite_server),
+            timeout=self.timeout,
+            typed_attributes=typed,
+            scalar_index=self.scalar_index if typed and info.attribute_names else None,
+        )
 
     # -- requests (through the connection: retries, healing, clear errors) --------------
     def _call(self, op: str, collection: str | None, method: str, *args: Any, **kwargs: Any) -> Any:
@@ -190,6 +237,15 @@ class MilvusCatalog(FilterableStore):
         return [int(h[ID_FIELD]) for h in hits]
 
     # -- ownership --------------------------------------------------------------------
+    def segment_count(self, name: str) -> int | None:
+        """Segments of ``name`` loaded on the query nodes (a Milvus server), None on Milvus
+        Lite, which lists none. A study records it per timed pass and, before timing, waits
+        until it settles (a server compacting small segments after a load changes it)."""
+        if self.deployment.startswith("milvus-lite"):
+            return None
+        loaded = self._call("segments", name, "list_loaded_segments", name)
+        return len({s.segment_id for s in loaded})
+
     def owner_of(self, name: str) -> str | None:
         """The owner token on the collection, read from the server (None: no marker)."""
         info = self._get(name)

@@ -21,6 +21,7 @@ from urllib.parse import urlsplit, urlunsplit
 from imsearch_align.framework.validation import check_int
 
 __all__ = [
+    "ATTRIBUTE_STORAGES",
     "CONSISTENCY_LEVELS",
     "FIELD_RE",
     "ID_FIELD",
@@ -34,8 +35,10 @@ __all__ = [
     "PARAM_DEFAULTS",
     "PARAM_RANGES",
     "RESERVED",
+    "SCALAR_INDEXES",
     "SCALAR_TYPES",
     "VEC_FIELD",
+    "check_attribute_storage",
     "check_consistency_level",
     "check_index",
     "check_owner",
@@ -89,6 +92,14 @@ MAX_TOPK = 16_384
 MAX_REQUEST_BYTES = 64 * 1024 * 1024
 MAX_DIM = 32_768
 CONSISTENCY_LEVELS = ("Strong", "Bounded", "Session", "Eventually")
+#: Where integer attributes are kept: ``"typed"``, INT64 fields of the schema with a
+#: scalar index each (:data:`SCALAR_INDEXES`); ``"dynamic"``, the dynamic JSON field,
+#: without an index (filtered the same way, more slowly: on request only).
+ATTRIBUTE_STORAGES = ("typed", "dynamic")
+#: The scalar index built on each typed INT64 attribute, by deployment: a Milvus
+#: server (2.3.5 builds only STL_SORT on a numeric field) and Milvus Lite 3.x (INVERTED
+#: only: it refuses STL_SORT as "not implemented").
+SCALAR_INDEXES = {"server": "STL_SORT", "lite": "INVERTED"}
 #: Collection property holding the owner token of the store that created it.
 OWNER_PROPERTY = "imsearch_align.owner"
 
@@ -144,6 +155,16 @@ def check_consistency_level(consistency_level: Any) -> str:
             f"got {consistency_level!r}"
         )
     return consistency_level
+
+
+def check_attribute_storage(attribute_storage: Any) -> str:
+    """``attribute_storage`` if it is one of :data:`ATTRIBUTE_STORAGES`."""
+    if not isinstance(attribute_storage, str) or attribute_storage not in ATTRIBUTE_STORAGES:
+        raise ValueError(
+            f"attribute_storage must be one of {list(ATTRIBUTE_STORAGES)} (INT64 fields with a "
+            f"scalar index, or the dynamic JSON field), got {attribute_storage!r}"
+        )
+    return attribute_storage
 
 
 def check_timeout(timeout: Any) -> float | None:

@@ -2,13 +2,17 @@
 
 Attributes (``insert(..., attributes={"category": ints})``, checked by
 :func:`~imsearch_align.adapters.attributes.check_attributes`) are ``INT64``
-scalar fields of the collection's schema when the collection is created
-knowing them (``create_collection(attributes=...)``, or a collection created
-with ``dim=None``, which its first insert makes on the server). A collection
-already on the server when its first attributed insert comes keeps them in
-its dynamic field: filtered the same way, more slowly. Either way the names
-are written on the collection as the property :data:`ATTRIBUTES_PROPERTY`,
-so another store finds them.
+scalar fields of the collection's schema, each with a scalar index
+(``STL_SORT`` on a Milvus server, ``INVERTED`` on Milvus Lite:
+:data:`~imsearch_align.adapters.milvus.config.SCALAR_INDEXES`), when the
+collection is created knowing them (``create_collection(attributes=...)``,
+or a collection created with ``dim=None``, which its first insert makes on
+the server). They go to the collection's dynamic JSON field instead, without
+an index, when the store asks for it (``MilvusStore(attribute_storage=
+"dynamic")``) or when the collection is already on the server when its first
+attributed insert comes: filtered the same way, more slowly. Either way the
+names are written on the collection as the property
+:data:`ATTRIBUTES_PROPERTY`, so another store finds them.
 
 A :class:`~imsearch_align.framework.interfaces.Filter` becomes the boolean
 expression ``field in [v1, v2, ...]`` (:func:`expression_of`); a raw

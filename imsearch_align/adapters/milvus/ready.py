@@ -19,8 +19,11 @@ them):
    nodes' loaded segments with its index: the indexed segments were handed
    off, so searches run on the index and not on an interim one (about 13 s
    after a flush on Milvus 2.3.5; a segment loaded before its index was
-   built is listed without an index name and does not count). An exact index (FLAT, the sparse
-   inverted index) returns the same rows from either, so it does not wait;
+   built is listed without an index name and does not count). With scalar indexes beside
+   the vector one (typed attributes), the listing names one of a segment's loaded indexes,
+   changing from one listing to the next, so a segment counts once it was listed under the
+   vector index's name. An exact index (FLAT, the sparse inverted index) returns the same
+   rows from either, so it does not wait;
 4. **counted at Strong, once**: ``count(*)`` at ``Strong`` holds at least the
    rows this store inserted (fewer: rows were lost, an error). The query
    node's safe timestamp is then past every insert; a ``Bounded`` or
@@ -43,7 +46,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from imsearch_align.adapters.base import CollectionInfo
-from imsearch_align.adapters.milvus.config import redact_uri
+from imsearch_align.adapters.milvus.config import VEC_FIELD, redact_uri
 from imsearch_align.adapters.milvus.errors import MilvusStoreError
 
 __all__ = ["EXACT_INDEXES", "Readiness", "count_rows", "wait_searchable"]
@@ -154,7 +157,26 @@ def _loaded(call: Callable[..., Any], name: str) -> tuple[bool, str]:
 UNINDEXED_ROWS = 1024
 
 
-def _handed_off(call: Callable[..., Any], name: str) -> tuple[bool, str]:
+#: Listings taken at once, at most, while a segment is listed under another index's name.
+_RELISTS = 16
+_RELIST_PAUSE_S = 0.01
+
+
+def _with_index(s: Any, vector_index: str | None) -> bool:
+    """Whether loaded segment ``s`` is listed as served with the vector index (see
+    :func:`_handed_off`)."""
+    listed = getattr(s, "index_name", None)
+    if listed is None or s.num_rows < UNINDEXED_ROWS:
+        return True
+    return listed == vector_index if vector_index is not None else listed != ""
+
+
+def _handed_off(
+    call: Callable[..., Any],
+    name: str,
+    vector_index: str | None = None,
+    served: set[int] | None = None,
+) -> tuple[bool, str]:
     """Whether every flushed segment of ``name`` is loaded on a query node with its index.
 
     A query node loads a flushed segment as soon as queryCoord's target moves,
@@ -165,17 +187,33 @@ def _handed_off(call: Callable[..., Any], name: str) -> tuple[bool, str]:
     :data:`UNINDEXED_ROWS` rows (Milvus builds no index for it and serves it
     as it is). A listing without ``index_name`` (another server version)
     counts every loaded segment.
+
+    With ``vector_index`` (the collection has other indexes: a scalar index
+    per typed attribute), a segment counts only when listed under that name:
+    Milvus 2.3.5 names one of the indexes a segment has loaded, changing
+    between listings (a scalar index alone was listed for 3.7 s while the
+    HNSW index of 60,000 rows was still loading), so a segment listed under a
+    scalar index's name says nothing about its vector index. ``served`` keeps
+    the segments seen with it across polls (a loaded index stays loaded), and
+    while one is listed under another name the listing is taken again at
+    once, a few times.
     """
+    served = set() if served is None else served
     flushed = {
         s.segment_id
         for s in call("segments", name, "list_persistent_segments", name)
         if "flushed" in str(s.state).lower()
     }
-    served = {
-        s.segment_id
-        for s in call("segments", name, "list_loaded_segments", name)
-        if getattr(s, "index_name", None) != "" or s.num_rows < UNINDEXED_ROWS
-    }
+    for _ in range(_RELISTS):
+        loaded = call("segments", name, "list_loaded_segments", name)
+        served.update(s.segment_id for s in loaded if _with_index(s, vector_index))
+        other = [
+            s for s in loaded
+            if s.segment_id in flushed - served and getattr(s, "index_name", "") != ""
+        ]  # fmt: skip
+        if not other:
+            break
+        time.sleep(_RELIST_PAUSE_S)
     missing = flushed - served
     return not missing, (
         f"{len(missing)} of {len(flushed)} flushed segments not yet served with their index"
@@ -231,11 +269,17 @@ def wait_searchable(
     out.flush_s = time.monotonic() - t0
     out.index_s = deadline.poll("index built on every row", lambda: _indexed(call, name))
     out.load_s = deadline.poll("collection loaded", lambda: _loaded(call, name))
-    approximate = any(
-        str(d.get("index_type", "")).upper() not in EXACT_INDEXES for _, d in _indexes(call, name)
-    )
+    indexes = _indexes(call, name)
+    vector = [(n, d) for n, d in indexes if d.get("field_name", VEC_FIELD) == VEC_FIELD]
+    approximate = any(str(d.get("index_type", "")).upper() not in EXACT_INDEXES for _, d in vector)
     if approximate and lists_segments() and _lists_segments(call, name):
-        out.load_s += deadline.poll("every flushed segment loaded", lambda: _handed_off(call, name))
+        # beside scalar indexes a segment counts once listed under the vector index's name
+        named = vector[0][0] if len(indexes) > 1 and len(vector) == 1 else None
+        served: set[int] = set()
+        out.load_s += deadline.poll(
+            "every flushed segment loaded",
+            lambda: _handed_off(call, name, named, served),
+        )
     t0 = time.monotonic()
     held = count_rows(call, name, "Strong")
     if expected is not None and held < expected:

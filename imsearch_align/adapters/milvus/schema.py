@@ -3,10 +3,12 @@
 Collections have an ``INT64`` primary key ``id`` (the caller's ids), a
 vector field ``vector`` (``FLOAT_VECTOR``, or ``SPARSE_FLOAT_VECTOR`` with
 ``SPARSE_INVERTED_INDEX``), metric ``IP``, typed scalar columns if asked
-for, ``INT64`` fields for the integer attributes it knows at creation (see
+for, ``INT64`` fields for the integer attributes it knows at creation, each
+with a scalar index (``STL_SORT`` on a server, ``INVERTED`` on Milvus Lite;
+none with ``attribute_storage="dynamic"``, see
 :mod:`~imsearch_align.adapters.milvus.filters`), and a dynamic field, so
 other metadata given at insert can be filtered on too. :func:`create_on_server`
-makes one with its index (build parameters as the deployment reads them,
+makes one with its indexes (build parameters as the deployment reads them,
 :func:`~imsearch_align.adapters.milvus.tuning.wire_params`) and detects a
 creation race by reading the owner marker back. :class:`CollectionMeta` is what the store keeps about each one
 (``CollectionInfo.state``).
@@ -67,6 +69,8 @@ class CollectionMeta:
     search: dict[str, int] = field(default_factory=dict)
     #: Whether the attributes are typed INT64 fields (else in the dynamic field).
     typed_attributes: bool = False
+    #: The scalar index type on each typed attribute field (None: none).
+    scalar_index: str | None = None
     #: Filter expressions the server evaluated on this collection (checked once).
     expressions: set[str] = field(default_factory=set)
 
@@ -88,8 +92,9 @@ def build_schema(pymilvus: Any, info: CollectionInfo) -> Any:
     for fname, ftype in info.state.fields.items():
         extra = {"max_length": 65_535} if ftype == "str" else {}
         schema.add_field(fname, getattr(DataType, SCALAR_TYPES[ftype]), **extra)
-    for fname in info.attribute_names or ():
-        schema.add_field(fname, DataType.INT64)
+    if info.state.typed_attributes:
+        for fname in info.attribute_names or ():
+            schema.add_field(fname, DataType.INT64)
     return schema
 
 
@@ -97,7 +102,8 @@ def build_index_params(
     pymilvus: Any, info: CollectionInfo, index: str, params: Mapping[str, Any], *, lite: bool
 ) -> Any:
     """The vector index: ``SPARSE_INVERTED_INDEX`` for sparse, else ``index`` with ``params``
-    (nested as Milvus Lite reads them when ``lite``)."""
+    (nested as Milvus Lite reads them when ``lite``); then ``info.state.scalar_index`` on
+    each typed attribute field (index name: the field's)."""
     index_params = pymilvus.MilvusClient.prepare_index_params()
     if info.sparse:
         index_params.add_index(
@@ -110,7 +116,24 @@ def build_index_params(
             metric_type="IP",
             params=wire_params(params, lite=lite),
         )
+    if info.state.typed_attributes and info.state.scalar_index:
+        for fname in info.attribute_names or ():
+            index_params.add_index(
+                field_name=fname, index_type=info.state.scalar_index, index_name=fname
+            )
     return index_params
+
+
+def _finish_indexes(call: Callable[..., Any], name: str, indexes: Any) -> None:
+    """Create the indexes of ``indexes`` (an ``IndexParams``) that ``name`` lacks, matched
+    by field: a create cut short may have made the collection without some of them."""
+    have = {
+        call("describe_index", name, "describe_index", name, index_name).get("field_name")
+        for index_name in call("list_indexes", name, "list_indexes", name)
+    }
+    missing = [p for p in indexes if p.field_name not in have]
+    if missing:
+        call("create_index", name, "create_index", name, type(indexes)(missing))
 
 
 def create_on_server(
@@ -125,14 +148,17 @@ def create_on_server(
     uri: str,
     lite: bool,
     timeout: float | None = None,
+    typed_attributes: bool = True,
+    scalar_index: str | None = None,
 ) -> None:
-    """Create ``info``'s collection on the server, with its index and the owner marker.
+    """Create ``info``'s collection on the server, with its indexes and the owner marker.
 
-    A create is three requests (collection, index, load). When the server
+    A create is three requests (collection, indexes, load). When the server
     goes away in the middle (a restart), the retry finds the name taken by
     the lost attempt: the marker read back says whether it is this store's,
-    and then the index and the load are finished instead of failing on
-    "already exists".
+    and then the missing indexes (the vector one, and a scalar one per typed
+    attribute) and the load are finished instead of failing on "already
+    exists".
 
     Args:
         call: the store's ``_call`` (a client method through the retries).
@@ -145,15 +171,20 @@ def create_on_server(
         uri: the store's uri (for the error message).
         lite: the deployment is Milvus Lite (its encoding of build parameters).
         timeout: the store's per-request timeout (None: pymilvus's).
+        typed_attributes: the attributes ``info`` knows become INT64 fields (else
+            they go to the dynamic field).
+        scalar_index: the index type built on each typed attribute field (None: none).
 
     Raises:
         CollectionExistsError: another store created the name at the same moment.
     """
     pymilvus = import_pymilvus()
+    info.state.typed_attributes = typed = bool(typed_attributes and info.attribute_names)
+    info.state.scalar_index = scalar_index if typed else None
     properties = {OWNER_PROPERTY: owner}
     if info.attribute_names:
         properties[ATTRIBUTES_PROPERTY] = ",".join(info.attribute_names)
-    vector_index = build_index_params(pymilvus, info, index, index_params, lite=lite)
+    indexes = build_index_params(pymilvus, info, index, index_params, lite=lite)
     extra = {} if timeout is None else {"timeout": timeout}
 
     def create(client: Any, retried: bool) -> bool:
@@ -162,7 +193,7 @@ def create_on_server(
         client.create_collection(
             info.name,
             schema=build_schema(pymilvus, info),
-            index_params=vector_index,
+            index_params=indexes,
             consistency_level=consistency_level,
             properties=properties,
             **extra,
@@ -179,14 +210,12 @@ def create_on_server(
             f"name: collection {info.name!r} at {redact_uri(uri)} was created at the "
             f"same moment by another run (owner {winner!r}); pick another name"
         )
-    if not whole:  # this store's create was cut short: finish its index and load
-        if not call("list_indexes", info.name, "list_indexes", info.name):
-            call("create_index", info.name, "create_index", info.name, vector_index)
+    if not whole:  # this store's create was cut short: finish its indexes and load
+        _finish_indexes(call, info.name, indexes)
         call("load_collection", info.name, "load_collection", info.name)
     info.state.pending = False
     info.state.builds = 1
     info.state.index_params = {} if info.sparse else dict(index_params)
-    info.state.typed_attributes = bool(info.attribute_names)
 
 
 def info_from_description(

@@ -37,6 +37,7 @@ from imsearch_align.adapters.milvus.config import (
     MAX_DIM,
     MAX_REQUEST_BYTES,
     MAX_TOPK,
+    check_attribute_storage,
     check_consistency_level,
     check_index,
     check_owner,
@@ -62,7 +63,7 @@ from imsearch_align.adapters.milvus.rows import (
     insert_rows,
     sparse_row_bytes,
 )
-from imsearch_align.adapters.milvus.schema import CollectionMeta, create_on_server
+from imsearch_align.adapters.milvus.schema import CollectionMeta
 from imsearch_align.adapters.milvus.search import QueryBatches, check_full_rows, one_query
 from imsearch_align.adapters.milvus.search_options import MilvusSearchOptions
 from imsearch_align.adapters.milvus.tuning import (
@@ -130,6 +131,11 @@ class MilvusStore(MilvusSearchOptions):
             configured otherwise).
         check_duplicates: before an insert, ask Milvus whether any of the
             ids is already stored (Milvus itself would keep both rows).
+        attribute_storage: where the integer attributes a collection declares
+            go: ``"typed"`` (default), INT64 fields with a scalar index each
+            (``STL_SORT`` on a server, ``INVERTED`` on Milvus Lite);
+            ``"dynamic"``, the dynamic JSON field without an index (slower; to
+            measure that path).
 
     Scalar metadata: ``create_collection(..., fields={"cat": "int"})`` and
     ``insert(..., fields={"cat": array})`` store columns (int, float, str,
@@ -145,6 +151,8 @@ class MilvusStore(MilvusSearchOptions):
     thread_safe = True
     provenance_packages = ("pymilvus", "milvus-lite")
     keeps_ids = False
+    #: ``create_collection(..., attributes={name: "int64"})`` declares typed attributes.
+    typed_attributes = True
 
     @classmethod
     def client_process_limit(cls, params: Mapping[str, Any]) -> tuple[int | None, str]:
@@ -178,6 +186,7 @@ class MilvusStore(MilvusSearchOptions):
         request_bytes: int = 48 * 1024 * 1024,
         max_k: int = MAX_TOPK,
         check_duplicates: bool = True,
+        attribute_storage: str = "typed",
     ) -> None:
         super().__init__()
         if not isinstance(uri, str | os.PathLike) or not str(uri):
@@ -213,6 +222,7 @@ class MilvusStore(MilvusSearchOptions):
         )
         self.max_k = check_int(max_k, "max_k", low=1)
         self.check_duplicates = bool(check_duplicates)
+        self.attribute_storage = check_attribute_storage(attribute_storage)
         self._server_version: str | None = None
         # Guards the client, the catalog cache and the outage state; held
         # across connecting only, never across a request, so searches from
@@ -279,10 +289,12 @@ class MilvusStore(MilvusSearchOptions):
                 ``"float"``, ``"str"`` or ``"bool"``; other columns given at
                 insert go to the dynamic field (filterable too, slower).
             attributes: optional integer attributes for filtered search, name
-                -> ``"int64"``, made ``INT64`` fields of the schema; every
-                insert then carries them (``insert(..., attributes=...)``).
-                Attributes first given at insert into a collection already
-                on the server go to its dynamic field.
+                -> ``"int64"``, made ``INT64`` fields of the schema with a
+                scalar index each (the dynamic field, no index, with
+                ``attribute_storage="dynamic"``); every insert then carries
+                them (``insert(..., attributes=...)``). Attributes first given
+                at insert into a collection already on the server go to its
+                dynamic field.
 
         Raises:
             CollectionExistsError: the name is taken on the server (also
@@ -317,23 +329,6 @@ class MilvusStore(MilvusSearchOptions):
             check_server_accepts(self.index, lite=True, where=f"a Milvus Lite server at {self.uri}")
         if self.index == "IVF_PQ" and info.dim is not None:
             pq_subquantizers(self.index_params.get("m"), info.dim, info.name)
-
-    def _create_on_server(self, info: CollectionInfo) -> None:
-        params = dict(self.index_params)
-        if self.index == "IVF_PQ" and not info.sparse:
-            params["m"] = pq_subquantizers(params.get("m"), info.dim, info.name)
-        create_on_server(
-            self._call,
-            self._run,
-            info,
-            index=self.index,
-            index_params=params,
-            consistency_level=self.consistency_level,
-            owner=self.owner,
-            uri=self.uri,
-            lite=bool(params) and (self.is_lite or self.lite_server),
-            timeout=self.timeout,
-        )
 
     def insert(
         self,
