@@ -87,6 +87,11 @@ def test_a_collection_left_by_a_killed_run_does_not_block_a_rerun_on_milvus_235(
     again = run_study(spec.replace(out=str(tmp_path / "o2")), progress=False)
     try:
         assert again.exit_code == 0 and again.cells[0]["status"]["state"] == "ok"
+        # the server tells its segments: counted before every pass, settled before timing
+        cell = again.cells[0]
+        assert all(p["segments"] >= 1 for p in cell["passes"]), cell["passes"]
+        assert cell["timing"]["settled"]["settled"] and cell["timing"]["settled"]["segments"] >= 1
+        assert cell["timing"]["cpu_of"] == "server" and all(p["cpu_s"] > 0 for p in cell["passes"])
         assert set(server.list_collections()) - before == left  # its own dropped, not the other
     finally:
         for name in left:
