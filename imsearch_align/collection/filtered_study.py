@@ -53,8 +53,10 @@ from imsearch_align.collection.filters import (
     relevant_doc_ids,
     selectivity_filter,
 )
+from imsearch_align.collection.intervals import cell_intervals, judged_clusters
 from imsearch_align.collection.label_filter import query_labels
 from imsearch_align.collection.measure import search_batched, search_latency
+from imsearch_align.collection.per_query import PENDING, per_query_frame
 from imsearch_align.collection.prepare import Prepared
 from imsearch_align.collection.recall import ann_recall_at_k, compare_measures
 from imsearch_align.collection.under_filter import (
@@ -252,8 +254,16 @@ class FilterPlan:
         ids, scores, qps = search_batched(under, name, prep.queries, k, runner.batch)
         latency = search_latency(under, name, prep.queries, k, runner.latency_queries, runner.seed)
         run = Run.from_arrays(prep.query_ids, ids, scores)
-        means = compare_measures(run, truth, prep.qrels, base.measures)["means"]
+        scored = compare_measures(run, truth, prep.qrels, base.measures)
+        means = scored["means"]
         recall = ann_recall_at_k(ids, truth, k)
+        intervals, interval = cell_intervals(
+            scored["approximate"], scored["exact"], prep.qrels, base.direction, seed=runner.seed
+        )
+        frame = per_query_frame(
+            prep.query_ids, ids, recall.per_query, scored["approximate"], scored["exact"],
+            judged_clusters(prep.qrels, scored["approximate"].query_ids),
+        )  # fmt: skip
         lost = queries_without_relevant(prep.qrels, table.kept_ids(f))
         d = base.direction
         metrics = {f"{d}/{m}": float(v["approximate"]) for m, v in means.items()}
@@ -279,6 +289,8 @@ class FilterPlan:
             },
             metrics=metrics,
             exact_metrics={f"{d}/{m}": float(v["exact"]) for m, v in means.items()},
+            intervals=intervals,
+            interval=interval,
             ann_recall={"k": k, "mean": recall.mean, "uncertain": recall.n_uncertain},
             queries_per_s=qps,
             batch=runner.batch,
@@ -287,6 +299,7 @@ class FilterPlan:
             config=ctx.ident["config"],
             status=check.status(),
         )
+        cell[PENDING] = frame  # written beside the cell by the runner's writer
         short = f" {len(lost)} queries without a kept relevant item" if len(lost) else ""
         rec = f"recall {recall.mean:.3f}"
         runner.say(f"    filter {sel:g} (kept {cell['filter']['kept_share']:.4f}): "

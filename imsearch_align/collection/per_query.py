@@ -21,10 +21,20 @@ import pandas as pd
 
 from imsearch_align.framework.atomic import atomic_write
 
-__all__ = ["SUFFIX", "per_query_frame", "per_query_path", "read_per_query", "write_per_query"]
+__all__ = [
+    "PENDING",
+    "SUFFIX",
+    "per_query_frame",
+    "per_query_path",
+    "read_per_query",
+    "write_per_query",
+]
 
 #: What follows a cell's stem in its per-query file's name.
 SUFFIX = ".queries.parquet"
+#: The key under which a measured cell carries its per-query table until the study's
+#: writer puts it beside the cell (``CellRunner.write``).
+PENDING = "_per_query_frame"
 
 
 def per_query_path(cell_path: Path) -> Path:

@@ -51,7 +51,7 @@ from imsearch_align.collection.passes import (
     timed_pass,
     wait_settled,
 )
-from imsearch_align.collection.per_query import per_query_frame, write_per_query
+from imsearch_align.collection.per_query import PENDING, per_query_frame, write_per_query
 from imsearch_align.collection.prepare import Prepared
 from imsearch_align.collection.recall import ann_recall_at_k, compare_measures
 from imsearch_align.collection.settings import STORES, IndexSetting, resolve
@@ -62,9 +62,6 @@ from imsearch_align.framework.interfaces import StoreUnavailableError, TunableSe
 from imsearch_align.framework.metrics import Run
 
 __all__ = ["CellBase", "CellRunner", "cell_identity", "cell_path", "load_clean"]
-
-#: The key under which a measured cell carries its per-query table until it is written.
-PENDING = "_per_query_frame"
 
 
 class CellRunner:

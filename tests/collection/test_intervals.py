@@ -319,3 +319,32 @@ def test_the_report_draws_each_methods_own_frontier():
     assert len(figs) == 2
     fronts = {f.chart.title.split(" · ")[-1]: sorted(f.chart.frontier) for f in figs}
     assert fronts == {"asif": [(50, 0.6), (100, 0.5)], "csa": [(500, 0.95), (1000, 0.9)]}
+
+
+def test_a_filtered_cell_carries_intervals_and_its_per_query_table(tmp_path):
+    """Issue 37 item 4: a surprising filtered cell can be explained query by query."""
+    import json
+
+    from imsearch_align.collection.per_query import read_per_query
+    from imsearch_align.study import StudySpec, run_study
+    from imsearch_align.testing.scripts import write_cone_pairs
+
+    (tmp_path / "emb").mkdir()
+    emb = write_cone_pairs(tmp_path / "emb", 120)
+    spec = StudySpec(embeddings=str(emb), stores=("faiss",), index=("faiss:hnsw",),
+                     methods=("procrustes",), sizes=(1000,), queries=60, latency_queries=2,
+                     repeats=1, filters=(0.5,), out=str(tmp_path / "o"),
+                     truth_cache=str(tmp_path / "t"))  # fmt: skip
+    result = run_study(spec, progress=False)
+    (cell,) = result.filtered
+    assert cell["status"]["state"] == "ok" and cell["filter"]["outside_filter"] == 0
+    path = next((tmp_path / "o").glob("filtered-*.json"))
+    assert json.loads(path.read_text())["per_query"] == path.stem + ".queries.parquet"
+    pq = read_per_query(path)
+    for key, iv in cell["intervals"].items():
+        m = key.split("/", 1)[1]
+        assert pq[m].mean() == pytest.approx(cell["metrics"][key], abs=1e-12)
+        assert iv["approximate"]["low"] <= cell["metrics"][key] <= iv["approximate"]["high"]
+        assert iv["difference"]["mean"] == pytest.approx(
+            cell["metrics"][key] - cell["exact_metrics"][key], abs=1e-12
+        )
