@@ -215,9 +215,12 @@ class _Runner:
         self.said.append(text)
 
     def write(self, path: Path, cell: dict) -> None:
-        """As the one writer of cells: the format stamped, JSON-ready."""
+        """As the one writer of cells: the format stamped, JSON-ready; the per-query table
+        set aside (the study's writer puts it beside the cell)."""
+        from imsearch_align.collection.per_query import PENDING
         from imsearch_align.experiment.study_cell import CELL_FORMAT
 
+        cell = {k: v for k, v in cell.items() if k != PENDING}
         self.written[path.name] = json.loads(
             json.dumps({**cell, "format": CELL_FORMAT}, default=float)
         )
