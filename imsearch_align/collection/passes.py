@@ -154,7 +154,7 @@ def interleaved_order(n: int, round_: int) -> list[int]:
 
 
 def wait_settled(
-    store: Any, name: str, *, bound_s: float = 120.0, quiet_s: float = 5.0, poll_s: float = 1.0
+    store: Any, name: str, *, bound_s: float = 120.0, quiet_s: float = 3.0, poll_s: float = 0.5
 ) -> dict[str, Any] | None:
     """Wait until the collection's segment count has not changed for ``quiet_s`` (a server
     compacting or re-indexing small segments after a load changes it), at most
