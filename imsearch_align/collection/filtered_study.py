@@ -257,12 +257,14 @@ class FilterPlan:
         scored = compare_measures(run, truth, prep.qrels, base.measures)
         means = scored["means"]
         recall = ann_recall_at_k(ids, truth, k)
+        clusters = judged_clusters(prep.qrels, scored["approximate"].query_ids)
         intervals, interval = cell_intervals(
-            scored["approximate"], scored["exact"], prep.qrels, base.direction, seed=runner.seed
-        )
+            scored["approximate"], scored["exact"], prep.qrels, base.direction, seed=runner.seed,
+            clusters=clusters,
+        )  # fmt: skip
         frame = per_query_frame(
             prep.query_ids, ids, recall.per_query, scored["approximate"], scored["exact"],
-            judged_clusters(prep.qrels, scored["approximate"].query_ids),
+            clusters,
         )  # fmt: skip
         lost = queries_without_relevant(prep.qrels, table.kept_ids(f))
         d = base.direction

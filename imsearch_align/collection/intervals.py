@@ -332,7 +332,13 @@ def judged_clusters(qrels: Any, query_ids: Any) -> np.ndarray:
 
 
 def cell_intervals(
-    approximate: Any, exact: Any, qrels: Any, direction: str, *, seed: int = 0
+    approximate: Any,
+    exact: Any,
+    qrels: Any,
+    direction: str,
+    *,
+    seed: int = 0,
+    clusters: np.ndarray | None = None,
 ) -> tuple[dict[str, dict[str, Any]], dict[str, Any]]:
     """A study cell's intervals: per ``direction/measure``, the approximate and exact means
     and their paired difference (:func:`quality_intervals`, clustered by
@@ -344,10 +350,12 @@ def cell_intervals(
         qrels: the judgements the measures were scored on.
         direction: the cell's direction (the keys' prefix).
         seed: the bootstrap's seed.
+        clusters: the queries' :func:`judged_clusters`, when the caller has them.
     """
     if not np.array_equal(np.asarray(approximate.query_ids), np.asarray(exact.query_ids)):
         raise ValueError("cell_intervals: the approximate and exact results hold other queries")
-    clusters = judged_clusters(qrels, approximate.query_ids)
+    if clusters is None:
+        clusters = judged_clusters(qrels, approximate.query_ids)
     names = [m for m in approximate.values if m in exact.values]
     found = quality_intervals(
         {m: approximate.values[m] for m in names},

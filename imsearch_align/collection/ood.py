@@ -156,7 +156,8 @@ def ood_cost(
     below: list[bool] = []
     for target in control:
         base = _needed(log_e, best_control, float(target))[0]
-        assert base is not None  # the control curve reaches its own values
+        if base is None:  # the running max of a curve reaches each of its own values
+            raise RuntimeError(f"ood_cost: the control curve does not reach {target}")
         need, where = _needed(log_e, best_cross, float(target))
         needed.append(need)
         own.append(base)

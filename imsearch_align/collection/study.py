@@ -272,13 +272,15 @@ class CellRunner:
         run = Run.from_arrays(prep.query_ids, ids, scores)
         scored = compare_measures(run, truth, prep.qrels, base.measures)
         means = scored["means"]
+        clusters = judged_clusters(prep.qrels, scored["approximate"].query_ids)
         intervals, interval = cell_intervals(
-            scored["approximate"], scored["exact"], prep.qrels, base.direction, seed=self.seed
-        )
+            scored["approximate"], scored["exact"], prep.qrels, base.direction, seed=self.seed,
+            clusters=clusters,
+        )  # fmt: skip
         recall = ann_recall_at_k(ids, truth, k)
         frame = per_query_frame(
             prep.query_ids, ids, recall.per_query, scored["approximate"], scored["exact"],
-            judged_clusters(prep.qrels, scored["approximate"].query_ids),
+            clusters,
         )  # fmt: skip
         d = base.direction
         metrics = {f"{d}/{m}": float(v["approximate"]) for m, v in means.items()}

@@ -256,7 +256,8 @@ class StudyManifest:
     def finish(self, result: StudyResult, error: BaseException | None = None) -> Path:
         """Write the manifest as the study ended: ``result``'s status (``error``: the
         exception that ends it), the stores, and every file's digest."""
-        assert self.path is not None, "finish() before start()"
+        if self.path is None:
+            raise RuntimeError("StudyManifest.finish() before start()")
         out = self.path.parent.parent
         ended = dt.datetime.now(dt.timezone.utc)
         status, code = _status(result, error)
@@ -280,7 +281,8 @@ class StudyManifest:
         return self.path
 
     def _write(self) -> None:
-        assert self.path is not None
+        if self.path is None:
+            raise RuntimeError("StudyManifest: written before start()")
         if bad := absolute_paths(self.record):
             raise ManifestError(f"{self.path}: field {bad[0]!r} holds an absolute path")
         try:

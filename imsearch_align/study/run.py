@@ -18,6 +18,7 @@ import contextlib
 import shutil
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -266,34 +267,33 @@ def _collection(
     truths: dict[str, Any] = {}
     k = max(spec.k)
 
-    def truth_of(digest: str) -> Any:
-        if digest not in truths:
-            truths[digest] = exact_truth(
-                prep.queries, prep.query_ids, coll, k, cache_dir=spec.truth_cache,
-                docs_digest=digest, block_rows=spec.block_rows,
-            )  # fmt: skip
-        return truths[digest]
+    def truths_of(queries: Any, ids: Any, tag: str) -> Callable[[str], Any]:
+        """The exact truth of ``queries`` on this collection, computed once per digest."""
 
+        def of(digest: str) -> Any:
+            if tag + digest not in truths:
+                truths[tag + digest] = exact_truth(
+                    queries, ids, coll, k, cache_dir=spec.truth_cache, docs_digest=digest,
+                    block_rows=spec.block_rows,
+                )  # fmt: skip
+            return truths[tag + digest]
+
+        return of
+
+    truth_of = truths_of(prep.queries, prep.query_ids, "")
     controls = prep.controls
+    control_truth_of = None
     if controls is not None:  # this collection's index-free predictors of the OOD cost
         sample = collection_sample(coll, PREDICTOR_SAMPLE, spec.seed)
         controls.predictor = predict(prep.queries, controls, sample, spec.seed)
         del sample
-
-    def control_truth_of(digest: str) -> Any:
-        key = "control:" + digest
-        if key not in truths:
-            truths[key] = exact_truth(
-                controls.queries, controls.ids, coll, k, cache_dir=spec.truth_cache,
-                docs_digest=digest, block_rows=spec.block_rows,
-            )  # fmt: skip
-        return truths[key]
+        control_truth_of = truths_of(controls.queries, controls.ids, "control:")
 
     for s in settings:
         if s.store in result.unreachable or (s.max_size is not None and size > s.max_size):
             continue
         try:
-            runner.run(prep, coll, cb, s, truth_of, control_truth_of if controls else None)
+            runner.run(prep, coll, cb, s, truth_of, control_truth_of)
         except StoreUnavailableError as exc:
             result.unreachable[s.store] = str(exc)
             say(f"  {s.store} unreachable ({exc}); its other cells are not run")
