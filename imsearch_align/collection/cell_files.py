@@ -72,6 +72,8 @@ class DeployContext:
         ident: the deployable cell's identity (:func:`cell_identity`).
         path: the deployable cell's file (the extras' files sit beside it).
         cell: the deployable cell itself (its shared fields).
+        cpu: what counts the searcher's CPU seconds per timed pass
+            (:class:`~imsearch_align.collection.passes.CpuClock`; None: nothing).
     """
 
     base: CellBase
@@ -81,6 +83,7 @@ class DeployContext:
     ident: dict[str, Any]
     path: Path
     cell: dict[str, Any]
+    cpu: Any = None
 
 
 def cell_identity(

@@ -29,6 +29,7 @@ from typing import Any
 from imsearch_align.collection.build import BuildJob
 from imsearch_align.collection.cell_files import DeployContext, cell_identity, read_ok
 from imsearch_align.collection.deploy import DEPLOY_RECALL, deploy_index
+from imsearch_align.collection.passes import CpuClock
 from imsearch_align.collection.prepare import Prepared
 from imsearch_align.collection.settings import STORES
 from imsearch_align.concurrency.limits import check_levels
@@ -213,7 +214,8 @@ def measure_extras(runner: Any, job: BuildJob, cells: list[Any], paths: list[Pat
     if isinstance(store, TunableSearch) and search:
         store.set_search_params(state.name, **search)
     ident = cell_identity(base, s, build, search)
-    ctx = DeployContext(base, s, build, search, ident, paths[i], cells[i])
+    state.cpu = state.cpu or CpuClock(runner.uri, STORES[s.store].in_process)
+    ctx = DeployContext(base, s, build, search, ident, paths[i], cells[i], state.cpu)
     runner.say(f"  deployable setting {search or '(none)'}: {', '.join(todo)}")
     if "filtered" in todo:
         t = time.perf_counter()

@@ -55,7 +55,7 @@ from imsearch_align.collection.filters import (
 )
 from imsearch_align.collection.intervals import cell_intervals, judged_clusters
 from imsearch_align.collection.label_filter import query_labels
-from imsearch_align.collection.measure import search_batched, search_latency
+from imsearch_align.collection.passes import apply_passes, repeated_passes
 from imsearch_align.collection.per_query import PENDING, per_query_frame
 from imsearch_align.collection.prepare import Prepared
 from imsearch_align.collection.recall import ann_recall_at_k, compare_measures
@@ -251,8 +251,10 @@ class FilterPlan:
         table = self.table(prep, coll)  # the filter reads the one attribute table
         check = FilterCheck()
         under = UnderFilter(store, f, table.kept_ids(f), check)
-        ids, scores, qps = search_batched(under, name, prep.queries, k, runner.batch)
-        latency = search_latency(under, name, prep.queries, k, runner.latency_queries, runner.seed)
+        passes, ids, scores = repeated_passes(
+            under, name, prep.queries, k, repeats=runner.repeats, batch=runner.batch,
+            latency_queries=runner.latency_queries, seed=runner.seed, cpu=ctx.cpu,
+        )  # fmt: skip
         run = Run.from_arrays(prep.query_ids, ids, scores)
         scored = compare_measures(run, truth, prep.qrels, base.measures)
         means = scored["means"]
@@ -294,16 +296,16 @@ class FilterPlan:
             intervals=intervals,
             interval=interval,
             ann_recall={"k": k, "mean": recall.mean, "uncertain": recall.n_uncertain},
-            queries_per_s=qps,
             batch=runner.batch,
-            latency_ms=latency,
             truth=truth.record(),
             config=ctx.ident["config"],
-            status=check.status(),
         )
+        order = "back to back" if runner.repeats > 1 else "one pass"
+        apply_passes(cell, passes, runner.repeats, order, getattr(ctx.cpu, "what", None))
+        cell["status"] = _joined(cell["status"], check.status())
         cell[PENDING] = frame  # written beside the cell by the runner's writer
         short = f" {len(lost)} queries without a kept relevant item" if len(lost) else ""
-        rec = f"recall {recall.mean:.3f}"
+        rec, qps = f"recall {recall.mean:.3f}", cell["queries_per_s"]
         runner.say(f"    filter {sel:g} (kept {cell['filter']['kept_share']:.4f}): "
                     f"{rec} {qps:,.0f} q/s{short}")  # fmt: skip
         if len(lost):
@@ -320,3 +322,10 @@ class FilterPlan:
             status=status_record("failed", error=exc),
         )
         return cell
+
+
+def _joined(*statuses: dict[str, Any]) -> dict[str, Any]:
+    """One status from several: the worst state, every reason."""
+    reasons = tuple(r for st in statuses for r in st["reasons"])
+    degraded = any(st["state"] != "ok" for st in statuses)
+    return status_record("degraded", reasons=reasons) if degraded else status_record()

@@ -32,6 +32,7 @@ __all__ = [
     "CpuClock",
     "apply_passes",
     "interleaved_order",
+    "repeated_passes",
     "segments",
     "summarize",
     "timed_pass",
@@ -116,6 +117,30 @@ def timed_pass(
     record["latency_ms"] = latency
     record["outages"] = None if before is None or after is None else after - before
     return record, ids, scores
+
+
+def repeated_passes(
+    store: Any,
+    name: str,
+    queries: np.ndarray,
+    k: int,
+    *,
+    repeats: int,
+    batch: int,
+    latency_queries: int,
+    seed: int,
+    cpu: CpuClock | None = None,
+) -> tuple[list[dict[str, Any]], np.ndarray, np.ndarray]:
+    """A setting's passes back to back: ``(passes, ids, scores)``. With ``repeats`` R > 1
+    the warm-up pass (whose answers are scored) and R counted passes; with R = 1 the one
+    pass, counted."""
+    kw = {"batch": batch, "latency_queries": latency_queries, "seed": seed, "cpu": cpu}
+    first, ids, scores = timed_pass(store, name, queries, k, counted=repeats == 1, **kw)
+    passes = [first]
+    if repeats > 1:
+        passes += [timed_pass(store, name, queries, k, counted=True, **kw)[0]
+                   for _ in range(repeats)]  # fmt: skip
+    return passes, ids, scores
 
 
 def summarize(passes: Sequence[dict[str, Any]]) -> dict[str, Any]:

@@ -48,6 +48,7 @@ from imsearch_align.collection.passes import (
     CpuClock,
     apply_passes,
     interleaved_order,
+    repeated_passes,
     timed_pass,
     wait_settled,
 )
@@ -264,11 +265,14 @@ class CellRunner:
         store, name, truth, stats = state.store, state.name, state.truth, state.stats
         k = max(base.ks)
         state.cpu = state.cpu or CpuClock(self.uri, STORES[s.store].in_process)
-        first, ids, scores = self._pass(store, name, prep, k, state, counted=self.repeats == 1)
-        passes = [first]
-        if self.repeats > 1 and not isinstance(store, TunableSearch):
-            # rebuilt per setting: its passes run now, back to back, on its own build
-            passes += [self._pass(store, name, prep, k, state)[0] for _ in range(self.repeats)]
+        if isinstance(store, TunableSearch):  # its counted passes: interleaved, later
+            first, ids, scores = self._pass(store, name, prep, k, state, self.repeats == 1)
+            passes = [first]
+        else:  # rebuilt per setting: its passes run now, back to back, on its own build
+            passes, ids, scores = repeated_passes(
+                store, name, prep.queries, k, repeats=self.repeats, batch=self.batch,
+                latency_queries=self.latency_queries, seed=self.seed, cpu=state.cpu,
+            )  # fmt: skip
         run = Run.from_arrays(prep.query_ids, ids, scores)
         scored = compare_measures(run, truth, prep.qrels, base.measures)
         means = scored["means"]

@@ -57,6 +57,16 @@ class UnderFilter:
     def __init__(self, store: Any, f: Any, kept: np.ndarray, check: FilterCheck) -> None:
         self.store, self.f, self.kept, self.check = store, f, kept, check
 
+    @property
+    def outages(self) -> Any:
+        """The store's outage count (None: it does not count)."""
+        return getattr(self.store, "outages", None)
+
+    @property
+    def segment_count(self) -> Any:
+        """The store's segment count call (None: it cannot tell)."""
+        return getattr(self.store, "segment_count", None)
+
     def search(self, name: str, queries: np.ndarray, k: int) -> Any:
         """The store's filtered search of ``queries``."""
         res = self.store.search_filtered(name, queries, k, self.f)

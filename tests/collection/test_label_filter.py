@@ -205,7 +205,7 @@ def _prep(data, direction: str, n_distractors: int):
 
 
 class _Runner:
-    batch, latency_queries, seed = 50, 20, 0
+    batch, latency_queries, seed, repeats = 50, 20, 0, 1
 
     def __init__(self) -> None:
         self.said: list[str] = []
@@ -226,7 +226,7 @@ class _Runner:
         )
 
 
-def _measure(plan, prep, coll, direction: str):
+def _measure(plan, prep, coll, direction: str, repeats: int = 1):
     from imsearch_align.adapters.exact import ExactStore
     from imsearch_align.collection.measure import insert_collection
 
@@ -234,6 +234,7 @@ def _measure(plan, prep, coll, direction: str):
     ctx = DeployContext(base, None, {}, {}, {"config": {}}, Path("cell.json"),
                         {"store": "exact", "method": "identity", "direction": direction})  # fmt: skip
     runner = _Runner()
+    runner.repeats = repeats
     with ExactStore() as store:
         attrs = plan.inserts(store, prep, coll)
         insert_collection(store, "c", coll, coll.dim, attributes=attrs)
@@ -320,3 +321,24 @@ def test_no_labels_no_label_cell(data, tmp_path):
         LabelPlan(unlabelled)
     study = SimpleNamespace(load=lambda cfg: SimpleNamespace(dataset=unlabelled, support=None))
     assert LabelPlan.from_study(study, None) is None
+
+
+def test_a_share_cell_is_timed_in_repeated_passes_after_a_warm_up(data):
+    """Issue 37: a filtered cell's q/s and latency are the median of --repeats counted
+    passes (back to back, after a warm-up whose answers are scored), every pass kept."""
+    from imsearch_align.collection.filtered_study import FilterPlan
+
+    prep, coll, _ = _prep(data, "t2i", 600)
+    cells, _, _ = _measure(FilterPlan((0.5,)), prep, coll, "t2i", repeats=3)
+    (cell,) = cells
+    passes = cell["passes"]
+    assert [p["counted"] for p in passes] == [False, True, True, True]
+    assert cell["timing"]["order"] == "back to back" and cell["timing"]["counted"] == 3
+    qps = sorted(p["queries_per_s"] for p in passes[1:])
+    assert cell["queries_per_s"] == pytest.approx(qps[1])
+    assert cell["queries_per_s_range"] == pytest.approx([qps[0], qps[2]])
+    assert all(p["started"].endswith("Z") and p["outages"] is None for p in passes)
+    assert cell["status"]["state"] == "ok"
+    # every pass's answers were checked against the filter (one check over all passes)
+    nq = len(prep.query_ids)
+    assert cell["filter"]["returned_ids"] >= 4 * nq * 10 and cell["filter"]["outside_filter"] == 0
