@@ -22,7 +22,7 @@ $(STAMP): pyproject.toml
 venv: $(STAMP)
 
 test: $(STAMP)
-	$(PY) -m pytest -q tests
+	$(PY) -m pytest -q --durations=25 tests
 
 lint: $(STAMP)
 	$(PY) -m ruff check imsearch_align tests benchmarks
