@@ -14,6 +14,7 @@ import shlex
 from collections.abc import Callable
 from pathlib import Path
 
+from imsearch_align.collection.deploy import DEFAULT_DELTA
 from imsearch_align.report_html.collect import Collected, collect
 from imsearch_align.report_html.learning import learning_figures
 from imsearch_align.report_html.production import concurrency_figures, filter_figures
@@ -90,12 +91,21 @@ _SECTIONS = (
 )
 
 
+def _delta(root: str) -> float:
+    """The quality deploy rule's delta: the study's, as its newest manifest records it."""
+    from imsearch_align.study.manifest import recorded_delta
+
+    found = recorded_delta(root)
+    return DEFAULT_DELTA if found is None else found
+
+
 def _figures(found: Collected) -> dict[str, list[Figure]]:
+    delta = _delta(found.root)
     points = points_from_results(found.results) + points_from_cells(
-        found.of_kind("collection_scale")
+        found.of_kind("collection_scale"), delta
     )
     builders: dict[str, Callable[[], list[Figure]]] = {
-        "quality-vs-qps": lambda: qps_figures(points),
+        "quality-vs-qps": lambda: qps_figures(points, delta),
         "quality-vs-size": lambda: size_figures(points),
         "learning-curves": lambda: learning_figures(found.results),
         "concurrency": lambda: concurrency_figures(found.of_kind("concurrency")),

@@ -4,8 +4,11 @@ A point is one searched index setting: its quality (the task's
 ``HitRate@10``, else its deepest ``HitRate@k``), queries/s and collection
 size, from an experiment result (the searched ranking's documents are the
 collection) or a ``collection_scale`` study cell. Per collection size one
-chart of quality against queries/s marks the Pareto frontier and, where
-exact search was measured, its quality as the ceiling; one chart follows
+chart of quality against queries/s per method marks the method's Pareto
+frontier, where exact search was measured its quality as the ceiling, and
+(study cells) the setting each deploy rule picks per build
+(:func:`~imsearch_align.collection.deploy.deploy_marks`: ANN recall@10 >= 0.9,
+and the task measure within ``delta`` of exact at 95 %); one chart follows
 each setting's best quality as the collection grows.
 """
 
@@ -18,6 +21,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from imsearch_align.collection.deploy import DEFAULT_DELTA, deploy_marks
 from imsearch_align.experiment.result import ExperimentResult
 from imsearch_align.experiment.study_cell import EXACT_INDEX_TYPES, StudyCell
 from imsearch_align.plots._results import metric_label, params_text, qps, usable_results, value
@@ -55,6 +59,7 @@ class QualityPoint:
     params: str
     ann_recall: float | None
     source: Mapping[str, Any] | str
+    deploy: str = ""
 
 
 def pareto_frontier(points: Sequence[tuple[float, float]]) -> list[int]:
@@ -152,13 +157,32 @@ def points_from_results(results: Sequence[ExperimentResult]) -> list[QualityPoin
     return out
 
 
-def points_from_cells(cells: Sequence[StudyCell]) -> list[QualityPoint]:
-    """A point per ok ``collection_scale`` cell with queries/s and a quality measure."""
-    out = []
+def _deploy(cells: Sequence[StudyCell], metrics: Sequence[str], delta: float) -> list[str]:
+    """Which deploy rule picks each cell among its build's (``metrics``: each cell's
+    quality measure; the rules read one measure at a time)."""
+    out = [""] * len(cells)
+    for m in set(metrics):
+        at = [i for i, x in enumerate(metrics) if x == m]
+        marks = deploy_marks([dict(cells[i].record) for i in at], m.split("/", 1)[-1], delta)
+        for i, mark in zip(at, marks, strict=True):
+            out[i] = mark
+    return out
+
+
+def points_from_cells(
+    cells: Sequence[StudyCell], delta: float = DEFAULT_DELTA
+) -> list[QualityPoint]:
+    """A point per ok ``collection_scale`` cell with queries/s and a quality measure, with
+    the deploy rule that picks it among its build's cells (``delta``: the quality rule's)."""
+    kept = []
     for c in cells:
         metric = quality_metric(c.metrics, c.direction)
         if c.kind != "collection_scale" or not c.status.ok or metric is None or not c.queries_per_s:
             continue
+        kept.append((c, metric))
+    marks = _deploy([c for c, _ in kept], [m for _, m in kept], delta)
+    out = []
+    for (c, metric), mark in zip(kept, marks, strict=True):
         out.append(
             QualityPoint(
                 size=c.collection_size,
@@ -171,6 +195,7 @@ def points_from_cells(cells: Sequence[StudyCell]) -> list[QualityPoint]:
                 params=params_text(c.search_params),
                 ann_recall=ann_recall(c.metrics, c.direction),
                 source=c.command,
+                deploy=mark,
             )
         )
     return out
@@ -197,11 +222,16 @@ def _tip(p: QualityPoint) -> str:
     return f"{what}: {p.metric} {p.quality:.4f}, {p.qps:,.0f} queries/s{ann}"
 
 
+#: A deploy mark's ring label and its words in the caption.
+_RULES = {"recall": ("R", "ANN recall rule"), "quality": ("Q", "quality rule"),
+          "both": ("R+Q", "both rules")}  # fmt: skip
+
+
 def _size_text(size: int | None) -> str:
     return "a collection of unknown size" if size is None else f"a collection of {size:,} items"
 
 
-def qps_figures(points: Sequence[QualityPoint]) -> list[Figure]:
+def qps_figures(points: Sequence[QualityPoint], delta: float = DEFAULT_DELTA) -> list[Figure]:
     """Per collection size and method: quality against queries/s, the method's own Pareto
     frontier and its exact ceiling (a frontier pooled over methods would put a method's
     setting "on the frontier" or off it by another method's points)."""
@@ -242,16 +272,18 @@ def qps_figures(points: Sequence[QualityPoint]) -> list[Figure]:
             ceilings=ceilings,
             frontier=[(p.qps, p.quality) for p in front],
         )
+        chart.marks = [(p.qps, p.quality, _RULES[p.deploy][0]) for p in pts if p.deploy]
         lines, notes = point_commands(pts)
         on = ", ".join(f"{p.series} ({p.params})" if p.params else p.series for p in front)
-        figures.append(
-            Figure(
-                chart,
-                f"{len(pts)} settings; on {method or 'the'}'s Pareto frontier: {on}.",
-                lines,
-                notes,
-            )
-        )
+        caption = f"{len(pts)} settings; on {method or 'the'}'s Pareto frontier: {on}."
+        if chart.marks:
+            picked = "; ".join(f"{_RULES[p.deploy][1]}: {p.series} ({p.params or 'its one setting'})"
+                               for p in pts if p.deploy)  # fmt: skip
+            caption += (" Ringed, per build, the setting each deploy rule picks (R: the fastest "
+                        "with ANN recall@10 >= 0.9; Q: the fastest whose task measure is not "
+                        f"below exact by more than {delta:g} at 95 % on the paired difference): "
+                        f"{picked}.")  # fmt: skip
+        figures.append(Figure(chart, caption, lines, notes))
     return figures
 
 

@@ -63,6 +63,7 @@ __all__ = [
     "StudyManifest",
     "git_state",
     "host_info",
+    "recorded_delta",
     "verify_manifest",
 ]
 
@@ -366,6 +367,19 @@ def _check(root: Path, listed: dict[str, tuple[str, str]], what: str) -> list[st
                 f"{what} {file}: differs from its digest in {by} (changed after the study ended)"
             )
     return problems
+
+
+def recorded_delta(folder: str | Path) -> float | None:
+    """The ``--deploy-delta`` of the folder's newest study manifest (None: no readable
+    manifest records one)."""
+    for p in sorted(Path(folder, MANIFEST_DIR).glob("manifest-*.json"), reverse=True):
+        try:
+            value = json.loads(p.read_text(encoding="utf-8"))["spec"]["deploy_delta"]
+        except (OSError, ValueError, KeyError, TypeError):
+            continue
+        if isinstance(value, int | float) and not isinstance(value, bool) and 0 <= value < 1:
+            return float(value)
+    return None
 
 
 def verify_manifest(folder: str | Path) -> list[str]:

@@ -280,6 +280,18 @@ def test_a_study_cell_carries_intervals_and_the_table_both_deploy_rules(tmp_path
     assert {"HitRate@10 low", "HitRate@10 high", "vs exact low", "deploy"} <= set(df.columns)
     assert (df["deploy"].isin(["recall", "both"])).sum() == 1  # one per build
     assert (df["deploy"].isin(["quality", "both"])).sum() <= 1
+    # the HTML report rings the same settings, labelled by rule, with the study's delta
+    from imsearch_align.report_html.collect import collect
+    from imsearch_align.report_html.page import _figures, build_page
+
+    (fig,) = [f for f in _figures(collect(tmp_path / "o"))["quality-vs-qps"] if f.chart.marks]
+    label = {"recall": "R", "quality": "Q", "both": "R+Q"}
+    want = sorted((float(r["q/s"]), label[r["deploy"]]) for _, r in df.iterrows() if r["deploy"])
+    got = sorted(fig.chart.marks)
+    assert [t for *_, t in got] == [t for _, t in want]
+    assert [x for x, *_ in got] == pytest.approx([x for x, _ in want], rel=1e-3)
+    assert "more than 0.01 at 95 %" in fig.caption
+    assert build_page(collect(tmp_path / "o")).count('r="9" fill="none"') == len(want)
 
 
 def test_deploy_marks_apply_both_rules_build_by_build():
