@@ -24,7 +24,10 @@ each client with the server's answer replayed from memory (the connection's
 does beyond the bare call (checks, the tie rule, the retry wrapper), as a
 share of the bare call's client CPU, is the part the store controls.
 
-    python benchmarks/perf_client.py [--quick]
+    python benchmarks/perf_client.py [--quick] [--uri http://HOST:PORT]
+
+``--uri``: a running server instead of one started here (its collection
+``perf_client`` is made and dropped).
 """
 
 from __future__ import annotations
@@ -46,8 +49,24 @@ row = row_maker(SECTION)
 __all__ = ["SECTION", "client_cost", "run"]
 
 
-def _server() -> contextlib.AbstractContextManager:
+@contextlib.contextmanager
+def _given(uri: str) -> Any:
+    """A server already running at ``uri`` (its kind read from its version)."""
+    from pymilvus import MilvusClient
+
+    client = MilvusClient(uri=uri, token="root:Milvus")
+    try:
+        version = client.get_server_version()
+    finally:
+        client.close()
+    yield type("Given", (), {"uri": uri, "kind": f"milvus {version} at the given --uri"})()
+
+
+def _server(uri: str | None = None) -> contextlib.AbstractContextManager:
     from imsearch_align.testing.servers import milvus_lite_server, milvus_standalone_server
+
+    if uri:
+        return _given(uri)
 
     beside = Path(sys.executable).parent / "milvus-server"
     if shutil.which("milvus-server") or beside.exists():
@@ -98,7 +117,7 @@ def _replayed(store: Any, client: Any, bare: Any, ours: Any, queries: np.ndarray
     return {k: statistics.median(v) for k, v in times.items()} | {"rounds_us": times}
 
 
-def client_cost(quick: bool = False) -> tuple[list[dict], dict]:
+def client_cost(quick: bool = False, uri: str | None = None) -> tuple[list[dict], dict]:
     """The per-query client CPU and wall time of both clients, and their ratios."""
     from pymilvus import MilvusClient
 
@@ -110,7 +129,7 @@ def client_cost(quick: bool = False) -> tuple[list[dict], dict]:
     x = cone_vectors(n, d, seed=1)
     queries = cone_vectors(nq, d, seed=2)
     ids = np.arange(n, dtype=np.int64)
-    with _server() as srv:
+    with _server(uri) as srv:
         store = MilvusStore(uri=srv.uri, token="root:Milvus", index="HNSW",
                             index_params={"M": 16, "efConstruction": 64},
                             search_params={"ef": 64})  # fmt: skip
@@ -172,12 +191,13 @@ def client_cost(quick: bool = False) -> tuple[list[dict], dict]:
     return rows, details
 
 
-def run(quick: bool = False) -> dict:
+def run(quick: bool = False, uri: str | None = None) -> dict:
     """See the module docstring."""
-    rows, details = client_cost(quick)
+    rows, details = client_cost(quick, uri)
     return {"rows": rows, "details": details}
 
 
 if __name__ == "__main__":
-    for r in run(quick="--quick" in sys.argv)["rows"]:
+    at = sys.argv.index("--uri") + 1 if "--uri" in sys.argv else 0
+    for r in run(quick="--quick" in sys.argv, uri=sys.argv[at] if at else None)["rows"]:
         print(f"{r['item']:<100} {r['value']:>8.3f} {r['unit']}")
