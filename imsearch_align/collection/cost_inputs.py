@@ -7,7 +7,7 @@ of one store count; repeats of one measurement (the same setting in several fold
 a cell's counted passes) give each figure its median and its low-high band:
 
 - ``search_qps[type].batched``: at the largest collection of the type, the deployable
-  setting (:func:`~imsearch_align.collection.deploy.deploy_index` on the repeats'
+  setting (:func:`~imsearch_align.experiment.deploy.deploy_index` on the repeats'
   median q/s), with the task quality it was measured at and what bounded it
   (:func:`~imsearch_align.collection.cost_cells.bound`);
 - ``search_qps[type].single``: the plateau of the type's concurrency cells (the levels
@@ -37,7 +37,7 @@ from typing import Any
 from imsearch_align.collection import cost_cells as cc
 from imsearch_align.collection.cost_figures import DEFAULT_SEGMENT_MB, INDEX_TYPES, MODES
 from imsearch_align.collection.cost_formulas import IndexSpec, memory_per_replica
-from imsearch_align.collection.deploy import deploy_index
+from imsearch_align.experiment.deploy import deploy_index
 from imsearch_align.framework.secrets import redact_uris
 
 __all__ = ["KEPT", "NOT_MEASURED", "NoCellsError", "inputs_from_cells", "measure_command"]

@@ -28,11 +28,11 @@ from typing import Any
 
 from imsearch_align.collection.build import BuildJob
 from imsearch_align.collection.cell_files import DeployContext, cell_identity, read_ok
-from imsearch_align.collection.deploy import DEPLOY_RECALL, deploy_index
 from imsearch_align.collection.passes import CpuClock
 from imsearch_align.collection.prepare import Prepared
 from imsearch_align.collection.settings import STORES
 from imsearch_align.concurrency.limits import check_levels
+from imsearch_align.experiment.deploy import DEPLOY_RECALL, deploy_index
 from imsearch_align.experiment.provenance import capture
 from imsearch_align.experiment.study_cell import status_record
 from imsearch_align.framework.interfaces import StoreUnavailableError, TunableSearch

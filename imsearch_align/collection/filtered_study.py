@@ -7,7 +7,7 @@ inserted with a ``category`` attribute per item
 (:func:`~imsearch_align.collection.filters.assign_categories`, relevant
 items in the kept categories), and once the search settings of a build are
 swept, the same built index, set to its deployable setting
-(:func:`~imsearch_align.collection.deploy.deploy_index`), is searched with
+(:func:`~imsearch_align.experiment.deploy.deploy_index`), is searched with
 ``search_filtered`` once per selectivity. Each such
 search is one cell, ``kind: "filtered"`` (the fields of
 :mod:`imsearch_align.experiment.study_cell`): ``filter.selectivity`` (the

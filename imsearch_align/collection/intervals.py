@@ -12,17 +12,13 @@ replacement; a resample's mean is the ratio estimator (the drawn clusters' sum
 over their number of queries, with multiplicity). Resampling captions as if
 independent makes the interval too narrow (it under-covers).
 
-:func:`deploy_by_quality` applies the non-inferiority rule
-(:func:`as_good_as_exact`): a setting is as good as exact when the lower end of
-the two-sided ``level`` interval of approximate − exact is at least ``-delta``
-(at 95 %, a one-sided 97.5 % bound, the convention of non-inferiority trials);
-among one build's cells it picks the fastest that passes.
+The deploy rule that reads these intervals (the fastest setting as good as exact) is
+:func:`~imsearch_align.experiment.deploy.deploy_by_quality`.
 """
 
 from __future__ import annotations
 
-import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
@@ -32,11 +28,8 @@ from imsearch_align.framework.validation import check_int
 __all__ = [
     "DEFAULT_LEVEL",
     "DEFAULT_RESAMPLES",
-    "as_good_as_exact",
     "cell_intervals",
-    "check_delta",
     "clustered_bootstrap",
-    "deploy_by_quality",
     "interval_meta",
     "judged_clusters",
     "quality_intervals",
@@ -244,60 +237,6 @@ def interval_meta(
         "queries": n_queries,
         "clusters": int(g),
     }
-
-
-def check_delta(delta: Any) -> float:
-    """``delta`` (the ``--deploy-delta`` margin) as a float in [0, 1]; ValueError for
-    anything else (a bool, NaN, a string...), naming ``--deploy-delta``."""
-    if not _is_number(delta) or not 0 <= float(delta) <= 1:  # NaN fails the comparison
-        raise ValueError(f"--deploy-delta: expected a number in [0, 1], got {delta!r}")
-    return float(delta)
-
-
-def as_good_as_exact(difference_low: float, delta: float) -> bool:
-    """The non-inferiority rule: ``difference_low >= -delta``.
-
-    ``difference_low`` is the lower end of the two-sided ``level`` interval of
-    approximate − exact (at 95 %, a one-sided 97.5 % bound): True when the
-    approximate index is, at that confidence, not worse than exact by more
-    than ``delta``. A NaN bound is False.
-    """
-    return float(difference_low) >= -check_delta(delta)  # NaN compares False
-
-
-def _difference_low(cell: Mapping[str, Any], measure: str) -> float:
-    """The cell's ``intervals[measure]["difference"]["low"]``, NaN when absent or null."""
-    entry = (cell.get("intervals") or {}).get(measure)
-    difference = entry.get("difference") if isinstance(entry, Mapping) else None
-    low = difference.get("low") if isinstance(difference, Mapping) else None
-    return float("nan") if low is None else float(low)
-
-
-def deploy_by_quality(
-    cells: Sequence[Mapping[str, Any] | None], measure: str, delta: float
-) -> int | None:
-    """Position of the fastest cell of one build that is as good as exact.
-
-    Args:
-        cells: one build's study cells (None entries allowed).
-        measure: the interval key, e.g. ``"t2i/HitRate@10"``.
-        delta: the non-inferiority margin, in [0, 1] (:func:`check_delta`).
-
-    Returns:
-        Among the cells whose ``status.state`` is ``"ok"`` and whose
-        ``intervals[measure]["difference"]["low"]`` passes
-        :func:`as_good_as_exact`, the position of the one with the most
-        ``queries_per_s`` (missing or NaN counts as 0; ties: the earlier);
-        None when no cell passes. Cells without the entry are skipped.
-    """
-    delta = check_delta(delta)
-    passing: list[tuple[float, int]] = []
-    for i, cell in enumerate(cells):
-        ok = cell is not None and (cell.get("status") or {}).get("state") == "ok"
-        if ok and as_good_as_exact(_difference_low(cell, measure), delta):
-            qps = float(cell.get("queries_per_s") or 0.0)
-            passing.append((qps if math.isfinite(qps) else 0.0, -i))
-    return -max(passing)[1] if passing else None
 
 
 def judged_clusters(qrels: Any, query_ids: Any) -> np.ndarray:

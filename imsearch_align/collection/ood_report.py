@@ -16,8 +16,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from imsearch_align.collection.deploy import build_key
 from imsearch_align.collection.ood import effort_key, ood_cost, rank_agreement
+from imsearch_align.experiment.deploy import build_key
 
 __all__ = ["RECALL_TARGET", "ood_markdown", "ood_rows"]
 

@@ -24,7 +24,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from imsearch_align.collection.deploy import DEFAULT_DELTA, deploy_marks
+from imsearch_align.experiment.deploy import DEFAULT_DELTA, deploy_marks
 from imsearch_align.experiment.study_cell import EXACT_INDEX_TYPES
 
 __all__ = ["control_vs_qps", "cost_vs_size", "quality_vs_qps", "quality_vs_size", "recall_vs_qps"]

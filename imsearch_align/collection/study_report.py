@@ -17,7 +17,7 @@ from typing import Any
 
 import pandas as pd
 
-from imsearch_align.collection.deploy import DEFAULT_DELTA, deploy_marks
+from imsearch_align.experiment.deploy import DEFAULT_DELTA, deploy_marks
 
 __all__ = ["cells_frame", "leaderboard"]
 
@@ -33,7 +33,7 @@ def cells_frame(
 ) -> pd.DataFrame:
     """One row per cell (see the module docstring), quality at cut-offs ``ks``; the
     interval of HitRate at the largest cut-off, its paired difference to exact, and which
-    rule deploys the cell among its build's (:func:`~imsearch_align.collection.deploy.
+    rule deploys the cell among its build's (:func:`~imsearch_align.experiment.deploy.
     deploy_marks`, task quality within ``delta`` of exact)."""
     rows = []
     kmax = max(ks)

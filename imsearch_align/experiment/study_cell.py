@@ -76,6 +76,7 @@ __all__ = [
     "CELL_FORMAT",
     "CELL_KINDS",
     "EXACT_INDEX_TYPES",
+    "MANIFEST_DIR",
     "OUTSIDE",
     "CellError",
     "CellPathError",
@@ -88,6 +89,10 @@ __all__ = [
     "status_record",
     "write_cell",
 ]
+
+#: The folder inside a study folder that holds its run manifests
+#: (:mod:`imsearch_align.study.manifest`).
+MANIFEST_DIR = ".manifests"
 
 #: The ``format`` of every study cell.
 CELL_FORMAT = "collection-cell/1"

@@ -14,7 +14,7 @@ import shlex
 from collections.abc import Callable
 from pathlib import Path
 
-from imsearch_align.collection.deploy import DEFAULT_DELTA
+from imsearch_align.experiment.deploy import DEFAULT_DELTA, recorded_delta
 from imsearch_align.report_html.collect import Collected, collect
 from imsearch_align.report_html.learning import learning_figures
 from imsearch_align.report_html.production import concurrency_figures, filter_figures
@@ -93,8 +93,6 @@ _SECTIONS = (
 
 def _delta(root: str) -> float:
     """The quality deploy rule's delta: the study's, as its newest manifest records it."""
-    from imsearch_align.study.manifest import recorded_delta
-
     found = recorded_delta(root)
     return DEFAULT_DELTA if found is None else found
 

@@ -7,7 +7,7 @@ collection) or a ``collection_scale`` study cell. Per collection size one
 chart of quality against queries/s per method marks the method's Pareto
 frontier, where exact search was measured its quality as the ceiling, and
 (study cells) the setting each deploy rule picks per build
-(:func:`~imsearch_align.collection.deploy.deploy_marks`: ANN recall@10 >= 0.9,
+(:func:`~imsearch_align.experiment.deploy.deploy_marks`: ANN recall@10 >= 0.9,
 and the task measure within ``delta`` of exact at 95 %); one chart follows
 each setting's best quality as the collection grows.
 """
@@ -21,7 +21,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from imsearch_align.collection.deploy import DEFAULT_DELTA, deploy_marks
+from imsearch_align.experiment.deploy import DEFAULT_DELTA, deploy_marks
 from imsearch_align.experiment.result import ExperimentResult
 from imsearch_align.experiment.study_cell import EXACT_INDEX_TYPES, StudyCell
 from imsearch_align.plots._results import metric_label, params_text, qps, usable_results, value

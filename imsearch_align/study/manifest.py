@@ -45,6 +45,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from imsearch_align.collection.store_modes import STORES
+from imsearch_align.experiment import study_cell
 from imsearch_align.experiment.provenance import blas_info, package_versions
 from imsearch_align.experiment.study_cell import absolute_paths, is_cell, portable_paths
 from imsearch_align.framework.atomic import atomic_write
@@ -63,14 +64,13 @@ __all__ = [
     "StudyManifest",
     "git_state",
     "host_info",
-    "recorded_delta",
     "verify_manifest",
 ]
 
 #: The ``format`` of a study manifest.
 MANIFEST_FORMAT = "study-manifest/1"
 #: The folder of a study folder that holds its manifests.
-MANIFEST_DIR = ".manifests"
+MANIFEST_DIR = study_cell.MANIFEST_DIR
 #: Where a user declares a server's settings (a JSON object: name -> value).
 SETTINGS_ENV = "IMSEARCH_ALIGN_SERVER_SETTINGS"
 #: What the manifest says of a server setting the client cannot read.
@@ -367,19 +367,6 @@ def _check(root: Path, listed: dict[str, tuple[str, str]], what: str) -> list[st
                 f"{what} {file}: differs from its digest in {by} (changed after the study ended)"
             )
     return problems
-
-
-def recorded_delta(folder: str | Path) -> float | None:
-    """The ``--deploy-delta`` of the folder's newest study manifest (None: no readable
-    manifest records one)."""
-    for p in sorted(Path(folder, MANIFEST_DIR).glob("manifest-*.json"), reverse=True):
-        try:
-            value = json.loads(p.read_text(encoding="utf-8"))["spec"]["deploy_delta"]
-        except (OSError, ValueError, KeyError, TypeError):
-            continue
-        if isinstance(value, int | float) and not isinstance(value, bool) and 0 <= value < 1:
-            return float(value)
-    return None
 
 
 def verify_manifest(folder: str | Path) -> list[str]:

@@ -16,9 +16,9 @@ from pathlib import Path
 from typing import Any
 
 from imsearch_align.collection.filter_kinds import parse_filter
-from imsearch_align.collection.intervals import check_delta
 from imsearch_align.collection.settings import STORES
 from imsearch_align.concurrency.limits import check_levels
+from imsearch_align.experiment.deploy import check_delta
 from imsearch_align.framework.errors import ConfigError
 from imsearch_align.framework.measures import lookup, needs_vectors
 from imsearch_align.framework.registry import DATASETS, METHODS, UnknownNameError

@@ -10,14 +10,16 @@ import math
 import numpy as np
 import pytest
 
-from imsearch_align.collection.deploy import deploy_index
 from imsearch_align.collection.intervals import (
-    as_good_as_exact,
-    check_delta,
     clustered_bootstrap,
-    deploy_by_quality,
     interval_meta,
     quality_intervals,
+)
+from imsearch_align.experiment.deploy import (
+    as_good_as_exact,
+    check_delta,
+    deploy_by_quality,
+    deploy_index,
 )
 from imsearch_align.framework.metrics.result import bootstrap_ci
 
@@ -295,7 +297,7 @@ def test_a_study_cell_carries_intervals_and_the_table_both_deploy_rules(tmp_path
 
 
 def test_deploy_marks_apply_both_rules_build_by_build():
-    from imsearch_align.collection.deploy import deploy_marks
+    from imsearch_align.experiment.deploy import deploy_marks
 
     def cell(method, nprobe, qps, recall, low):
         return {
