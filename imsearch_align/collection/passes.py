@@ -130,14 +130,16 @@ def repeated_passes(
     latency_queries: int,
     seed: int,
     cpu: CpuClock | None = None,
+    rest: bool = True,
 ) -> tuple[list[dict[str, Any]], np.ndarray, np.ndarray]:
     """A setting's passes back to back: ``(passes, ids, scores)``. With ``repeats`` R > 1
     the warm-up pass (whose answers are scored) and R counted passes; with R = 1 the one
-    pass, counted."""
+    pass, counted. ``rest`` False: the first pass only (a tunable build's counted passes
+    run later, interleaved across its settings)."""
     kw = {"batch": batch, "latency_queries": latency_queries, "seed": seed, "cpu": cpu}
     first, ids, scores = timed_pass(store, name, queries, k, counted=repeats == 1, **kw)
     passes = [first]
-    if repeats > 1:
+    if repeats > 1 and rest:
         passes += [timed_pass(store, name, queries, k, counted=True, **kw)[0]
                    for _ in range(repeats)]  # fmt: skip
     return passes, ids, scores

@@ -49,7 +49,6 @@ from imsearch_align.collection.passes import (
     apply_passes,
     interleaved_order,
     repeated_passes,
-    timed_pass,
     wait_settled,
 )
 from imsearch_align.collection.per_query import PENDING, per_query_frame, write_per_query
@@ -197,7 +196,7 @@ class CellRunner:
                 for j in interleaved_order(len(fresh), r):
                     if grid[fresh[j]]:
                         store.set_search_params(name, **grid[fresh[j]])
-                    cells[fresh[j]]["passes"].append(self._pass(store, name, prep, k, state)[0])
+                    cells[fresh[j]]["passes"] += self._passes(store, name, prep, k, state, 1)[0]
         except StoreUnavailableError:
             raise
         except Exception as exc:  # the cells keep the passes that ran, marked degraded
@@ -261,18 +260,13 @@ class CellRunner:
         search: dict[str, int],
         state: BuildState,
     ) -> dict[str, Any]:
-
         store, name, truth, stats = state.store, state.name, state.truth, state.stats
         k = max(base.ks)
         state.cpu = state.cpu or CpuClock(self.uri, STORES[s.store].in_process)
-        if isinstance(store, TunableSearch):  # its counted passes: interleaved, later
-            first, ids, scores = self._pass(store, name, prep, k, state, self.repeats == 1)
-            passes = [first]
-        else:  # rebuilt per setting: its passes run now, back to back, on its own build
-            passes, ids, scores = repeated_passes(
-                store, name, prep.queries, k, repeats=self.repeats, batch=self.batch,
-                latency_queries=self.latency_queries, seed=self.seed, cpu=state.cpu,
-            )  # fmt: skip
+        # a setting rebuilt per setting: its passes now, back to back; a tunable build's
+        # counted passes later, interleaved (_interleave)
+        tunable = isinstance(store, TunableSearch)
+        passes, ids, scores = self._passes(store, name, prep, k, state, self.repeats, not tunable)
         run = Run.from_arrays(prep.query_ids, ids, scores)
         scored = compare_measures(run, truth, prep.qrels, base.measures)
         means = scored["means"]
@@ -289,7 +283,6 @@ class CellRunner:
         d = base.direction
         metrics = {f"{d}/{m}": float(v["approximate"]) for m, v in means.items()}
         metrics[f"{d}/ann_recall@{k}"] = recall.mean
-        tunable = isinstance(store, TunableSearch)
         ident = cell_identity(base, s, build, search)
         cell = {
             **_cell_head(base, s),
@@ -339,13 +332,11 @@ class CellRunner:
         self.say(f"  {_label(cell)}")
         return cell
 
-    def _pass(
-        self, store: Any, name: str, prep: Prepared, k: int, state: BuildState, counted=True
-    ) -> tuple[dict[str, Any], Any, Any]:
-        return timed_pass(
-            store, name, prep.queries, k, batch=self.batch,
-            latency_queries=self.latency_queries, seed=self.seed, counted=counted,
-            cpu=state.cpu,
+    def _passes(self, store: Any, name: str, prep: Prepared, k: int, state: BuildState,
+                repeats: int, rest: bool = True) -> tuple[list[dict], Any, Any]:  # fmt: skip
+        return repeated_passes(
+            store, name, prep.queries, k, repeats=repeats, batch=self.batch,
+            latency_queries=self.latency_queries, seed=self.seed, cpu=state.cpu, rest=rest,
         )  # fmt: skip
 
     def _disk(self, s: IndexSetting) -> int | None:

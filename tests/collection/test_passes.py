@@ -11,7 +11,7 @@ import statistics
 
 import pytest
 
-import imsearch_align.collection.study as cell_study
+import imsearch_align.collection.passes as cell_passes
 from imsearch_align.collection.passes import interleaved_order, summarize
 from imsearch_align.study import StudySpec, run_study
 from imsearch_align.testing.scripts import write_cone_pairs
@@ -29,7 +29,7 @@ def _spec(tmp_path, **kw):
 
 def _recording(monkeypatch):
     """Wrap the pass timer: each call records the setting the store searched with."""
-    real = cell_study.timed_pass
+    real = cell_passes.timed_pass
     log = []
 
     def timed(store, name, *args, counted, **kw):
@@ -37,7 +37,7 @@ def _recording(monkeypatch):
         log.append((dict(params).get("nprobe"), counted))
         return real(store, name, *args, counted=counted, **kw)
 
-    monkeypatch.setattr(cell_study, "timed_pass", timed)
+    monkeypatch.setattr(cell_passes, "timed_pass", timed)
     return log
 
 
@@ -88,7 +88,7 @@ def test_quick_is_one_counted_pass(tmp_path, monkeypatch):
 
 
 def test_passes_cut_short_make_the_cells_degraded_and_keep_what_ran(tmp_path, monkeypatch):
-    real = cell_study.timed_pass
+    real = cell_passes.timed_pass
     calls = []
 
     def failing(store, name, *args, counted, **kw):
@@ -97,7 +97,7 @@ def test_passes_cut_short_make_the_cells_degraded_and_keep_what_ran(tmp_path, mo
             raise RuntimeError("the store stopped answering")
         return real(store, name, *args, counted=counted, **kw)
 
-    monkeypatch.setattr(cell_study, "timed_pass", failing)
+    monkeypatch.setattr(cell_passes, "timed_pass", failing)
     result = run_study(_spec(tmp_path, repeats=3), progress=False)
     assert result.exit_code == 1
     for cell in result.cells:
