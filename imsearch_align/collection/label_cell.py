@@ -16,7 +16,10 @@ single-query latency percentiles (the seeded sample of the category cells,
 each query under its own label's filter). ``filter.selectivity`` and
 ``filter.kept_share`` are the query-weighted mean share of the collection a
 query's filter keeps; ``filter.per_label`` gives each label's name, kept
-share, query count and ANN recall.
+share, query count and ANN recall. Like every sweep and share cell it carries the
+clustered bootstrap intervals of its measures and their paired difference to exact
+(:func:`~imsearch_align.collection.intervals.cell_intervals`, over the groups' queries
+joined) and its per-query table (:mod:`~imsearch_align.collection.per_query`).
 
 Each group streams the collection once for its truth: the cost grows with
 the number of labels the queries carry (a handful for the shapes dataset).
@@ -25,14 +28,17 @@ the number of labels the queries carry (a handful for the shapes dataset).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
 
 from imsearch_align.collection.aligned import CollectionBlocks
 from imsearch_align.collection.cell_files import DeployContext
+from imsearch_align.collection.intervals import cell_intervals, judged_clusters
 from imsearch_align.collection.label_filter import UNKNOWN, LabelAttribute, query_labels
 from imsearch_align.collection.measure import search_batched, search_latency
+from imsearch_align.collection.per_query import PENDING, per_query_frame
 from imsearch_align.collection.prepare import Prepared
 from imsearch_align.collection.recall import ann_recall_at_k, compare_measures
 from imsearch_align.collection.under_filter import SHARED_FIELDS, FilterCheck, UnderFilter
@@ -103,6 +109,17 @@ class _Totals:
     kept: float = 0.0
     per_label: list[dict[str, Any]] = field(default_factory=list)
     check: FilterCheck = field(default_factory=FilterCheck)
+    #: Per group: its tie-aware results, searched query ids, returned ids, ANN recall.
+    scored: list[tuple[Any, Any, np.ndarray, np.ndarray, np.ndarray]] = field(default_factory=list)
+
+
+def _joined(parts: list[Any]) -> Any:
+    """The groups' tie-aware results as one (``query_ids``, ``values`` per measure)."""
+    names = [m for m in parts[0].values if all(m in p.values for p in parts)]
+    return SimpleNamespace(
+        query_ids=np.concatenate([np.asarray(p.query_ids) for p in parts]),
+        values={m: np.concatenate([np.asarray(p.values[m]) for p in parts]) for m in names},
+    )
 
 
 def _groups(
@@ -130,6 +147,7 @@ def _groups(
         qrels = _restrict(prep.qrels, qids)
         means = compare_measures(Run.from_arrays(qids, ids, scores), truth, qrels, base.measures)
         recall = ann_recall_at_k(ids, truth, k)
+        acc.scored.append((means["approximate"], means["exact"], qids, ids, recall.per_query))
         w = len(qrels.queries)
         for m, v in means["means"].items():
             acc.approx[m] = acc.approx.get(m, 0.0) + w * float(v["approximate"])
@@ -170,6 +188,12 @@ def label_cell(
     metrics[f"{d}/ann_recall@{k}"] = recall
     qps = nq / acc.seconds if acc.seconds > 0 else float("inf")
     kept = acc.kept / nq if nq else 0.0
+    approx, exact = _joined([p[0] for p in acc.scored]), _joined([p[1] for p in acc.scored])
+    clusters = judged_clusters(prep.qrels, approx.query_ids)
+    intervals, interval = cell_intervals(
+        approx, exact, prep.qrels, d, seed=runner.seed, clusters=clusters
+    )
+    searched = [np.concatenate([p[i] for p in acc.scored]) for i in (2, 3, 4)]
     cell = {key: ctx.cell[key] for key in SHARED_FIELDS if key in ctx.cell}
     cell.update(
         kind="filtered",
@@ -190,6 +214,8 @@ def label_cell(
         },
         metrics=metrics,
         exact_metrics={f"{d}/{m}": v / w for m, v in acc.exact.items()},
+        intervals=intervals,
+        interval=interval,
         ann_recall={"k": k, "mean": recall, "uncertain": acc.uncertain},
         queries_per_s=qps,
         batch=runner.batch,
@@ -204,6 +230,7 @@ def label_cell(
         config=ctx.ident["config"],
         status=acc.check.status(),
     )
+    cell[PENDING] = per_query_frame(*searched[:2], searched[2], approx, exact, clusters)
     runner.say(f"    filter label (each query's own, {len(acc.per_label)} labels, kept "
                 f"{kept:.4f} on average): recall {recall:.3f} {qps:,.0f} q/s")  # fmt: skip
     return cell

@@ -291,6 +291,18 @@ def test_label_cell_beside_unchanged_category_cells(data, direction):
         label["exact_metrics"][f"{d}/HitRate@10"]
     )
     assert label["latency_ms"]["p50"] > 0 and label["queries_per_s"] > 0
+    # intervals and the per-query table over the groups' queries joined (issue 37 item 2)
+    from imsearch_align.collection.per_query import PENDING
+
+    frame = label[PENDING]
+    assert len(frame) == label["interval"]["queries"] and frame["query_id"].is_unique
+    for key, iv in label["intervals"].items():
+        m = key.split("/", 1)[1]
+        assert iv["approximate"]["mean"] == pytest.approx(label["metrics"][key], abs=1e-12)
+        assert iv["exact"]["mean"] == pytest.approx(label["exact_metrics"][key], abs=1e-12)
+        assert frame[m].mean() == pytest.approx(label["metrics"][key], abs=1e-12)
+        assert iv["difference"]["low"] <= iv["difference"]["mean"] <= iv["difference"]["high"]
+    assert frame["ann_recall"].mean() == pytest.approx(label["metrics"][f"{d}/ann_recall@10"])
     # the report reads it, as written, as one more point of the filter charts
     read = [read_cell(runner.written[f"filtered-{x}_cell.json"]) for x in ("s0.5", "s0.1", "label")]
     assert read[2].selectivity == pytest.approx(f["selectivity"])
