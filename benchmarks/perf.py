@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import inspect
 import json
 import os
 import platform
@@ -69,6 +70,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     ap.add_argument("--quick", action="store_true", help="small sizes (smoke run)")
     ap.add_argument("--out", default=str(HERE / "results" / "perf.json"))
+    ap.add_argument("--uri", default=None,
+                    help="a running Milvus server for the sections that search one (client, "
+                         "collection) instead of one they start")  # fmt: skip
     args = ap.parse_args(argv)
     chosen = [s for s in args.only.split(",") if s] or SECTIONS
     unknown = [s for s in chosen if s not in SECTIONS]
@@ -92,7 +96,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"[{name}] running...", file=sys.stderr, flush=True)
         t = time.perf_counter()
         try:
-            res = mod.run(quick=args.quick)
+            takes_uri = "uri" in inspect.signature(mod.run).parameters
+            res = mod.run(quick=args.quick, **({"uri": args.uri} if takes_uri else {}))
         except Exception:
             traceback.print_exc()
             failed.append(name)
