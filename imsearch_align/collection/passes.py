@@ -100,7 +100,8 @@ def timed_pass(
     """One pass: ``(record, ids, scores)``; the record holds ``started`` (UTC),
     ``seconds``, ``queries_per_s``, ``latency_ms``, ``outages`` (the store's count went
     up by this many during the pass; None: the store does not count), ``segments``
-    (before the pass), ``cpu_s`` (CPU seconds of ``cpu``'s process during the pass) and
+    and ``segments_after`` (the collection's segment count before and after the pass: a
+    server compacting meanwhile changes it), ``cpu_s`` (CPU seconds of ``cpu``'s process during the pass) and
     ``counted``."""
     before = getattr(store, "outages", None)
     record: dict[str, Any] = {"started": _now(), "counted": counted}
@@ -116,6 +117,7 @@ def timed_pass(
     record["queries_per_s"] = qps
     record["latency_ms"] = latency
     record["outages"] = None if before is None or after is None else after - before
+    record["segments_after"] = segments(store, name)
     return record, ids, scores
 
 
@@ -208,6 +210,12 @@ def wait_settled(
     return {"waited_s": round(time.monotonic() - t0, 3), "segments": last, "settled": settled}
 
 
+def _segments_moved(p: dict[str, Any]) -> bool:
+    """Whether a pass saw the segment count change (unknown counts never do)."""
+    before, after = p.get("segments"), p.get("segments_after")
+    return before is not None and after is not None and before != after
+
+
 def apply_passes(
     cell: dict[str, Any], passes: list[dict[str, Any]], repeats: int, order: str, cpu_of: Any
 ) -> None:
@@ -236,6 +244,13 @@ def apply_passes(
             f"the server went through {summary['outages']} outage(s) during the timed "
             "searches: queries/s and latency include them; run the study again with "
             "--skip-existing"
+        )
+    moved = [p for p in passes if p.get("counted") and _segments_moved(p)]
+    if moved:
+        reasons.append(
+            f"the collection's segments changed during {len(moved)} counted pass(es) (the "
+            "server compacted or re-indexed them while the pass ran): queries/s and latency "
+            "include that work; run the study again with --skip-existing"
         )
     if summary["passes_counted"] < repeats:
         reasons.append(

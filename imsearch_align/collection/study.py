@@ -191,6 +191,10 @@ class CellRunner:
         (then degraded: fewer passes than asked)."""
         state, prep, grid = job.state, job.prep, job.grid
         store, name, k = state.store, state.name, max(job.base.ks)
+        # a server can start compacting after the first wait (seen at 1M): wait again
+        again = wait_settled(store, name)
+        if again is not None and state.settled is not None:
+            state.settled = {**state.settled, "before_counted": again}
         try:
             for r in range(self.repeats):
                 for j in interleaved_order(len(fresh), r):

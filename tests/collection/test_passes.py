@@ -12,6 +12,7 @@ import statistics
 import pytest
 
 import imsearch_align.collection.passes as cell_passes
+import imsearch_align.collection.study as cell_study
 from imsearch_align.collection.passes import interleaved_order, summarize
 from imsearch_align.study import StudySpec, run_study
 from imsearch_align.testing.scripts import write_cone_pairs
@@ -123,3 +124,31 @@ def test_summary_and_order_by_hand():
         [0, 1, 2], [1, 2, 0], [2, 0, 1], [0, 1, 2]
     ]  # fmt: skip
     assert interleaved_order(0, 1) == []
+
+
+def test_segments_changing_during_a_counted_pass_make_the_cell_degraded(tmp_path, monkeypatch):
+    """Issue 37: at 1M a Milvus 2.3.5 server compacted 9 segments into 4 after the settle
+    wait, while passes ran (82 s of server CPU for a pass that takes 7 s). A cell whose
+    segment count moved during a counted pass is degraded; one whose count moved only
+    during its warm-up is not; the second settle wait, before the counted rounds, is
+    recorded."""
+    real = cell_passes.timed_pass
+    calls = []
+
+    def timed(store, name, *args, counted, **kw):
+        rec, ids, scores = real(store, name, *args, counted=counted, **kw)
+        calls.append(counted)
+        rec["segments"], rec["segments_after"] = 9, 9
+        if len(calls) in (1, 5):  # the first setting's warm-up; the second's 1st counted
+            rec["segments_after"] = 4
+        return rec, ids, scores
+
+    monkeypatch.setattr(cell_passes, "timed_pass", timed)
+    monkeypatch.setattr(cell_study, "wait_settled", lambda *a, **k: {"settled": True})
+    result = run_study(_spec(tmp_path, repeats=3), progress=False)
+    assert calls[:5] == [False, False, False, True, True] and result.exit_code == 1
+    states = [c["status"]["state"] for c in result.cells]
+    assert states == ["ok", "degraded", "ok"]
+    assert "segments changed during 1 counted pass" in result.cells[1]["status"]["reasons"][0]
+    for cell in result.cells:
+        assert cell["timing"]["settled"] == {"settled": True, "before_counted": {"settled": True}}
