@@ -66,14 +66,22 @@ class _PerQuery:
         self, store: Any, queries: np.ndarray, filters: list[Any], attr: Any, check: FilterCheck
     ) -> None:
         self.store, self.queries, self.filters = store, queries, filters
-        self.attr, self.check = attr, check
+        self.check = check
+        # each filter's kept ids, found before any timed search
+        distinct = {_key(f): f for f in filters}
+        self.kept = {key: attr.kept_ids(f) for key, f in distinct.items()}
 
     def search(self, name: str, rows: np.ndarray, k: int) -> Any:
         """The filtered search of query ``rows[0]`` under its label's filter (its ids checked)."""
         r = int(rows[0])
         res = self.store.search_filtered(name, self.queries[r : r + 1], k, self.filters[r])
-        self.check.count(res.ids, self.attr.kept_ids(self.filters[r]))
+        self.check.count(res.ids, self.kept[_key(self.filters[r])])
         return res
+
+
+def _key(f: Any) -> tuple:
+    """A filter as a dictionary key (its field and values)."""
+    return (f.field, tuple(np.asarray(f.values).tolist()))
 
 
 def _label_row(attr: LabelAttribute, label: int, f: Any, n: int, recall: float) -> dict:

@@ -26,17 +26,43 @@ def plain_id(v: Any) -> Any:
 
 class FilterCheck:
     """Every id a filtered search returned, checked against the ids its filter keeps (a
-    store is not trusted to have applied it): ``returned`` ids, ``outside`` the filter."""
+    store is not trusted to have applied it): ``returned`` ids, ``outside`` the filter.
+
+    :meth:`count` only keeps the answer; the check runs when ``returned`` or ``outside``
+    is read, so it is never inside a timed search (checking 10 ids against the 500,000 a
+    filter keeps at 1M took ~40 ms with ``np.isin``, more than the search)."""
 
     def __init__(self) -> None:
-        self.returned = 0
-        self.outside = 0
+        self._returned = 0
+        self._outside = 0
+        self._pending: list[tuple[np.ndarray, np.ndarray]] = []
 
     def count(self, ids: np.ndarray, kept: np.ndarray) -> None:
-        """Check the returned ``ids`` (``-1`` padding skipped) against ``kept`` (ascending)."""
-        got = np.asarray(ids)[np.asarray(ids) >= 0]
-        self.returned += int(got.size)
-        self.outside += int((~np.isin(got, kept, assume_unique=False)).sum())
+        """Keep the returned ``ids`` (``-1`` padding skipped when checked) to check against
+        ``kept`` (ascending) later."""
+        self._pending.append((np.asarray(ids), kept))
+
+    def _check(self) -> None:
+        for ids, kept in self._pending:
+            got = ids[ids >= 0].astype(np.int64, copy=False).ravel()
+            pos = np.searchsorted(kept, got)
+            inside = pos < len(kept)
+            inside[inside] = kept[pos[inside]] == got[inside]
+            self._returned += int(got.size)
+            self._outside += int((~inside).sum())
+        self._pending.clear()
+
+    @property
+    def returned(self) -> int:
+        """Ids returned (no-hit padding not counted)."""
+        self._check()
+        return self._returned
+
+    @property
+    def outside(self) -> int:
+        """Returned ids the filter does not keep."""
+        self._check()
+        return self._outside
 
     def status(self) -> dict[str, Any]:
         """The cell's status: degraded when any returned id is outside the filter."""

@@ -252,3 +252,27 @@ def test_study_bad_filter_is_one_line_before_any_work(study, emb, tmp_path, caps
     err = capsys.readouterr().err.strip()
     assert err.startswith("error: --filters: selectivity must be a multiple of 1/100")
     assert "\n" not in err and not out.exists()
+
+
+def test_the_filter_check_equals_isin_and_runs_outside_the_search():
+    """The check of returned ids against the kept ids (ascending): counts equal to
+    ``np.isin`` (the oracle) with -1 padding skipped and ids below, between and above the
+    kept ones; nothing is checked until the counts are read (never inside a timed search)."""
+    from imsearch_align.collection.under_filter import FilterCheck
+
+    rng = np.random.default_rng(3)
+    kept = np.unique(rng.integers(0, 10_000, 3_000))
+    check, want_returned, want_outside = FilterCheck(), 0, 0
+    for _ in range(50):
+        ids = rng.integers(-5, 12_000, (7, 10))
+        ids[ids < 0] = -1
+        check.count(ids, kept)
+        got = ids[ids >= 0]
+        want_returned += got.size
+        want_outside += int((~np.isin(got, kept)).sum())
+    assert len(check._pending) == 50  # kept for later, not checked in the search
+    assert (check.returned, check.outside) == (want_returned, want_outside) and want_outside
+    assert not check._pending and check.status()["state"] == "degraded"
+    inside = FilterCheck()
+    inside.count(kept[None, :10], kept)
+    assert (inside.returned, inside.outside) == (10, 0) and inside.status()["state"] == "ok"
