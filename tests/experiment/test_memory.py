@@ -50,8 +50,16 @@ SCRIPT = textwrap.dedent(
 )
 
 
+# glibc raises its mmap threshold each time a large mmapped block is freed, so a later
+# cell's arrays come from the heap, whose freed middle is never given back: the peak of
+# four cells then wandered 8-35 MiB above one cell's (CI failed at 328 against 290) with
+# nothing a cell built still alive. A fixed threshold keeps every array over 128 KiB in
+# its own mapping, returned when freed; a retained object still shows in full.
+ALLOCATOR = {"MALLOC_MMAP_THRESHOLD_": "131072", "MALLOC_ARENA_MAX": "2"}
+
+
 def _peak(folder, ns) -> float:
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    env = {**os.environ, "OMP_NUM_THREADS": "1", **ALLOCATOR}
     p = subprocess.run(
         [sys.executable, "-c", SCRIPT, str(folder), json.dumps(ns)],
         capture_output=True, text=True, env=env, timeout=600,

@@ -71,7 +71,7 @@ def test_a_collection_left_by_a_killed_run_does_not_block_a_rerun_on_milvus_235(
     emb = write_cone_pairs(tmp_path / "emb", 60)
     spec = StudySpec(embeddings=str(emb), stores=("milvus",), uri=milvus_standalone.uri,
                      index=("milvus:FLAT",), methods=("procrustes",), sizes=(0,), queries=20,
-                     latency_queries=3, repeats=1, out=str(tmp_path / "o"),
+                     latency_queries=20, repeats=1, out=str(tmp_path / "o"),
                      truth_cache=str(tmp_path / "t"))  # fmt: skip
     with monkeypatch.context() as m:
 
@@ -91,7 +91,9 @@ def test_a_collection_left_by_a_killed_run_does_not_block_a_rerun_on_milvus_235(
         cell = again.cells[0]
         assert all(p["segments"] >= 1 for p in cell["passes"]), cell["passes"]
         assert cell["timing"]["settled"]["settled"] and cell["timing"]["settled"]["segments"] >= 1
-        assert cell["timing"]["cpu_of"] == "server" and all(p["cpu_s"] > 0 for p in cell["passes"])
+        # the server's CPU is read in 10 ms ticks: a pass of 40 searches may read 0, never None
+        cpu = [p["cpu_s"] for p in cell["passes"]]
+        assert cell["timing"]["cpu_of"] == "server" and all(c is not None and c >= 0 for c in cpu)
         assert set(server.list_collections()) - before == left  # its own dropped, not the other
     finally:
         for name in left:
