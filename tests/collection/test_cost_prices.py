@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from imsearch_align.collection.cost_figures import ConcurrencyCurve, Figure, MeasuredInputs
+from imsearch_align.collection.cost_figures import INPUTS, ConcurrencyCurve, Figure, MeasuredInputs
+from imsearch_align.collection.cost_inputs import measure_command
 from imsearch_align.collection.cost_model import ClusterSpec, IndexSpec, estimate
 from imsearch_align.collection.cost_prices import (
     HOURS_PER_MONTH,
@@ -170,8 +171,14 @@ def test_script_refuses_a_bad_sheet_before_any_work(tmp_path, script, capsys, mo
                    "segment: 90% of it (230 MiB) cannot hold a 512 MB sealed segment"]  # fmt: skip
 
 
-def test_script_refuses_a_figure_not_measured_naming_what_to_measure(script, capsys):
-    assert script.main(["--estimate", "--index", "IVF_PQ"]) == 2
+def test_script_refuses_a_figure_not_measured_naming_what_to_measure(script, capsys, tmp_path):
+    data = json.loads(INPUTS.read_text(encoding="utf-8"))
+    why = "not measured: no clean cell of IVF_PQ in the folders read; measure: "
+    for what in ("single", "batched"):  # the stored inputs as before IVF_PQ was measured
+        cmd = measure_command("IVF_PQ", what)
+        data["search_qps"]["IVF_PQ"][what] = {"value": None, "source": why + cmd}
+    (inputs := tmp_path / "inputs.json").write_text(json.dumps(data), encoding="utf-8")
+    assert script.main(["--estimate", "--index", "IVF_PQ", "--inputs", str(inputs)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("error: IVF_PQ single q/s: not measured")
     assert "--index milvus:IVF_PQ:" in err[0]
