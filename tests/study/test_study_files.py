@@ -15,6 +15,9 @@ from imsearch_align.study.flags import spec_mapping
 
 ROOT = Path(__file__).resolve().parents[2]
 STUDIES = ROOT / "benchmarks" / "studies"
+#: Every study file whose cells are committed (``benchmarks/results/collection_NAME``).
+STUDIED = sorted(p.stem for p in STUDIES.glob("*.yaml")
+                 if (ROOT / "benchmarks" / "results" / f"collection_{p.stem}").is_dir())  # fmt: skip
 
 
 def _first_cell(folder: Path) -> dict:
@@ -32,7 +35,7 @@ def _recorded_spec(folder: Path, cell: dict | None = None) -> StudySpec:
     return StudySpec.from_dict(mapping)
 
 
-@pytest.mark.parametrize("name", ["default", "production"])
+@pytest.mark.parametrize("name", STUDIED)
 def test_the_study_file_is_the_recorded_study(name):
     folder = ROOT / "benchmarks" / "results" / f"collection_{name}"
     recorded = _recorded_spec(folder)
@@ -50,13 +53,17 @@ def test_the_study_file_is_the_recorded_study(name):
     assert [s.label for s in spec.index_settings()] == [s.label for s in recorded.index_settings()]
 
 
+def test_the_committed_studies_are_found():
+    assert {"default", "production"} <= set(STUDIED), STUDIED
+
+
 def test_every_study_file_loads():
     for path in sorted(STUDIES.glob("*.yaml")):
         spec = StudySpec.from_file(path)
         assert spec.index_settings() and spec.command()[:2] == ["imsearch-align", "study"]
 
 
-@pytest.mark.parametrize("name", ["default", "production"])
+@pytest.mark.parametrize("name", STUDIED)
 def test_a_cell_written_portable_records_the_same_study(name):
     """Cells written from now on hold no absolute path (``--out .``, ``<outside>/shapes``):
     the recorded spec is the same as from the committed cells, but for the machine's
