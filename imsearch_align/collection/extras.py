@@ -124,7 +124,11 @@ class ConcurrencyPlan:
             res = replace(measured[0], levels=levels,
                           saturation=saturation(curve) if len(curve) > 1 else None)  # fmt: skip
             cells += self._cells(res, store, prep, ctx, search)
-            runner.say(f"    saturation at {res.saturation} clients")
+            if res.saturation:
+                runner.say(f"    saturation at {res.saturation} clients")
+            elif len(curve) > 1:
+                runner.say(f"    no saturation up to {curve[-1][0]} clients: q/s still grew "
+                           "at the last level")  # fmt: skip
         cells.sort(key=lambda c: c["concurrency"])
         for c in cells:
             runner.write(self.path(ctx.path, c["concurrency"]), c)
