@@ -99,6 +99,8 @@ def _rows(inputs: dict[str, Any]) -> list[tuple[str, str, str]]:
     for key in ("insert_rows_per_s", "server_memory_ratio"):
         if key in inputs:
             out.append((key, _value(inputs[key]), inputs[key]["source"]))
+    for kind, f in (inputs.get("server_memory_ratio_by_type") or {}).items():
+        out.append((f"server_memory_ratio_by_type[{kind}]", _value(f), f["source"]))
     if "concurrency" in inputs:
         cc = inputs["concurrency"]
         curve = ", ".join(f"{c}: {q:,.0f}" for c, q in zip(cc["clients"], cc["qps"]))

@@ -249,6 +249,8 @@ class MeasuredInputs:
     core_scaling: Mapping[str, Mapping[str, CorePair]] = field(default_factory=dict)
     core_sources: Mapping[str, str] = field(default_factory=dict)
     segment_mb: int = DEFAULT_SEGMENT_MB
+    #: Each index type's own ratio, where its builds were measured (else ``server_memory_ratio``).
+    memory_ratio_by_type: Mapping[str, Figure] = field(default_factory=dict)
 
     @classmethod
     def from_dict(cls, d: Any) -> MeasuredInputs:
@@ -285,7 +287,13 @@ class MeasuredInputs:
             scaling,
             sources,
             int(_number("segment_mb.value", seg) or DEFAULT_SEGMENT_MB),
-        )
+            {t: Figure.from_dict(f, f"server_memory_ratio_by_type[{t}]")
+             for t, f in (d.get("server_memory_ratio_by_type") or {}).items()},
+        )  # fmt: skip
+
+    def memory_ratio(self, itype: str) -> Figure | None:
+        """The server-memory ratio for ``itype``: its own, else ``server_memory_ratio``."""
+        return self.memory_ratio_by_type.get(itype) or self.server_memory_ratio
 
     def qps(self, itype: str, mode: str) -> Figure | None:
         """``search_qps[itype][mode]`` (None: the type is not in the inputs at all)."""

@@ -68,6 +68,13 @@ class IndexSpec:
         for name in ("M", "nlist", "nbits", "m"):
             positive(f"IndexSpec.{name}", getattr(self, name), optional=name == "m")
 
+    @classmethod
+    def from_params(cls, kind: str, params: Mapping[str, Any] | None) -> IndexSpec:
+        """The spec of a build's index parameters (a cell's ``index.params``): the fields
+        that size the index; search-time and build-effort ones (``efConstruction``) left out."""
+        fields = ("M", "nlist", "m", "nbits")
+        return cls(kind, **{k: v for k, v in (params or {}).items() if k in fields})
+
     def label(self, dim: int) -> str:
         """The build parameters that matter to the cost, as text."""
         return {

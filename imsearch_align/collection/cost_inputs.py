@@ -268,9 +268,26 @@ def _concurrency(cells: list[cc.Cell], label: str) -> dict[str, Any] | None:
 
 
 def _memory_ratio(cells: list[cc.Cell], label: str) -> dict[str, Any] | None:
-    """Per build at the largest size, its largest server RSS over the memory formula."""
+    """The ratio applied to a type without its own: IVF_FLAT's builds, else every build's."""
+    return _type_memory_ratio(cells, label, "IVF_FLAT") or _type_memory_ratio(cells, label)
+
+
+def _memory_ratios(cells: list[cc.Cell], label: str) -> dict[str, Any]:
+    """``{type: figure}``: each index type's own server-memory ratio, of the types measured
+    at the largest size any build's RSS was read at (the server's fixed memory is in every
+    ratio: at 100k it dominates, FLAT's 100k builds read 4.7-7.8x the formula)."""
+    ratios = {t: _type_memory_ratio(cells, label, t) for t in INDEX_TYPES}
+    top = max((r["n"] for r in ratios.values() if r is not None), default=0)
+    return {t: r for t, r in ratios.items() if r is not None and r["n"] == top}
+
+
+def _type_memory_ratio(cells: list[cc.Cell], label: str,
+                       itype: str | None = None) -> dict[str, Any] | None:  # fmt: skip
+    """Per build at the largest size (of ``itype``'s builds; None: of every build), its
+    largest server RSS over the memory formula."""
     rss = [(n, c) for n, c in cells if cc.get(c, "memory.kind") == "server_rss"
-           and cc.get(c, "memory.bytes") and cc.get(c, "truth.dim") and cc.size(c)]  # fmt: skip
+           and cc.get(c, "memory.bytes") and cc.get(c, "truth.dim") and cc.size(c)
+           and itype in (None, cc.itype(c))]  # fmt: skip
     if not rss:
         return None
     top = max(cc.size(c) for _, c in rss)
@@ -283,7 +300,7 @@ def _memory_ratio(cells: list[cc.Cell], label: str) -> dict[str, Any] | None:
             builds[key] = (n, c)
     ratios, parts = [], []
     for n, c in builds.values():
-        spec = IndexSpec(cc.itype(c), **(cc.get(c, "index.params") or {}))
+        spec = IndexSpec.from_params(cc.itype(c), cc.get(c, "index.params"))
         formula = memory_per_replica(spec, top, int(c["truth"]["dim"])).value
         ratios.append(c["memory"]["bytes"] / formula)
         parts.append(f"{cc.setting(c, search=False)}: {c['memory']['bytes'] / _GIB:.2f} GiB / "
@@ -377,6 +394,12 @@ def inputs_from_cells(
             raise ValueError(f"{where} has no {key} of store {store!r}, nor the previous inputs")
         if fig is not None:
             out[key] = fig
+    by_type = _memory_ratios(cells, label)
+    for itype, fig in ((previous or {}).get("server_memory_ratio_by_type") or {}).items():
+        if itype not in by_type and (kept := _kept(fig)) is not None:
+            by_type[itype] = kept
+    if by_type:
+        out["server_memory_ratio_by_type"] = by_type
     _complete(out, previous)
     study = sorted(cells, key=lambda nc: nc[1].get("kind") != "collection_scale")
     command = next((c.get("command") for _, c in study if c.get("command")), None)

@@ -158,7 +158,7 @@ def _memory(spec: IndexSpec, n: int, dim: int, measured: MeasuredInputs, cluster
             corner: Corner) -> tuple[Estimate, Estimate, tuple[str, ...]]:  # fmt: skip
     """The formula's memory of a replica, the measured one (x the server ratio), notes."""
     mem = memory_per_replica(spec, n, dim, _seg(measured, cluster))
-    rfig = measured.server_memory_ratio
+    rfig = measured.memory_ratio(spec.kind)
     if rfig is None or not rfig.measured:
         ratio, notes = 1.0, ("server memory not measured: the formula alone",)
     else:

@@ -70,7 +70,7 @@ def _codes(ests: Sequence[Estimate]) -> str:
 def _memory_only(spec: IndexSpec, n: int, d: int, m: MeasuredInputs, cl: ClusterSpec) -> dict:
     """Memory and node counts of a type whose rates are not measured (no rate needed)."""
     mem = memory_per_replica(spec, n, d, cl.segment_mb or m.segment_mb)
-    r = m.server_memory_ratio
+    r = m.memory_ratio(spec.kind)
     ends = (1.0, 1.0, 1.0) if r is None or not r.measured else (r.value, r.low, r.high)
     meas = [mem.value * x for x in ends]  # type: ignore[operator]
     nodes = [query_nodes(mem, cl, x).value for x in ends]
@@ -129,9 +129,14 @@ def memory_note(measured: MeasuredInputs) -> str:
     r = measured.server_memory_ratio
     if r is None or not r.measured:
         return "No server memory was measured: node counts use the formula alone."
+    own = "".join(
+        f" {t}'s own builds: {f.value:.2f} [{f.low:.2f}-{f.high:.2f}] ({f.source})."
+        for t, f in measured.memory_ratio_by_type.items() if f.measured and f.source != r.source
+    )  # fmt: skip
     return (
-        f"Server memory over the formula: {r.value:.2f} [{r.low:.2f}-{r.high:.2f}] ({r.source}). "
-        "The node counts of the measured column apply it; the formula's are beside them."
+        f"Server memory over the formula: {r.value:.2f} [{r.low:.2f}-{r.high:.2f}] ({r.source})."
+        f"{own} The node counts of the measured column apply a type's own ratio where its "
+        "builds were measured, else the first ratio above; the formula's are beside them."
     )
 
 

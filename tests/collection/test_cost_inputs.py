@@ -310,3 +310,29 @@ def test_write_is_both_or_neither(folders, tmp_path, script, capsys, monkeypatch
            "--write"]  # fmt: skip
     assert script.main(bad) == 2
     assert inputs.read_bytes() == INPUTS.read_bytes()
+
+
+def test_each_type_measured_at_the_largest_size_gets_its_own_memory_ratio(tmp_path) -> None:
+    """IVF_SQ8 and HNSW builds at 1M get their own ratio; FLAT's at 100k does not (the
+    server's fixed memory dominates there); the model applies a type's own, else the first."""
+    sq8, hnsw = {"nlist": 1024}, {"M": 16, "efConstruction": 100}
+    cells = {**A, "f_sq8_np16_d1m.json": _cell("procrustes", "IVF_SQ8", sq8, {"nprobe": 16}, M,
+                                                qps=300, recall=0.92, rss=1_600_000_000),
+             "g_hnsw_ef64_d1m.json": _cell("procrustes", "HNSW", hnsw, {"ef": 64}, M, qps=2000,
+                                           recall=0.91, rss=2_400_000_000),
+             "h_flat_d100k.json": _cell("csa", "FLAT", {}, {}, K, qps=400, recall=1.0,
+                                        rss=900_000_000)}  # fmt: skip
+    d = inputs_from_cells([_folder(tmp_path / "s", cells)])
+    own = d["server_memory_ratio_by_type"]
+    assert set(own) == {"IVF_FLAT", "IVF_SQ8", "HNSW"}
+    for kind, rss, params in (("IVF_SQ8", 1.6e9, sq8), ("HNSW", 2.4e9, hnsw)):
+        formula = memory_per_replica(IndexSpec.from_params(kind, params), M, 384).value
+        assert own[kind]["value"] == pytest.approx(rss / formula) and own[kind]["n"] == M
+    assert d["server_memory_ratio"]["index_types"] == ["IVF_FLAT"]
+    m = MeasuredInputs.from_dict(d)
+    for kind in ("IVF_SQ8", "HNSW"):
+        mem = memory_per_replica(IndexSpec(kind), 10**8, 384).value
+        e = estimate(IndexSpec(kind), 10**8, 384, m, CS())["memory_measured"]
+        assert e.value == pytest.approx(mem * own[kind]["value"]) and not e.notes
+    assert m.memory_ratio("IVF_PQ") is m.server_memory_ratio  # no build of its own
+    assert "IVF_SQ8's own builds" in memory_note(m)
