@@ -36,7 +36,7 @@ from typing import Any
 
 from imsearch_align.collection import cost_cells as cc
 from imsearch_align.collection.cost_figures import DEFAULT_SEGMENT_MB, INDEX_TYPES, MODES
-from imsearch_align.collection.cost_formulas import IndexSpec, memory_per_replica
+from imsearch_align.collection.cost_memory import memory_ratio, memory_ratios
 from imsearch_align.experiment.deploy import deploy_index
 from imsearch_align.framework.secrets import redact_uris
 
@@ -54,7 +54,6 @@ _INDEX = {
     "IVF_PQ": ("milvus:IVF_PQ:nlist=1024,m=127,nprobe=4,16,64", 1_000_000),
     "HNSW": ("milvus:HNSW:M=16,efConstruction=100,ef=16,64,128", 1_000_000),
 }
-_GIB = 2**30
 
 
 class NoCellsError(ValueError):
@@ -267,54 +266,6 @@ def _concurrency(cells: list[cc.Cell], label: str) -> dict[str, Any] | None:
     }  # fmt: skip
 
 
-def _memory_ratio(cells: list[cc.Cell], label: str) -> dict[str, Any] | None:
-    """The ratio applied to a type without its own: IVF_FLAT's builds, else every build's."""
-    return _type_memory_ratio(cells, label, "IVF_FLAT") or _type_memory_ratio(cells, label)
-
-
-def _memory_ratios(cells: list[cc.Cell], label: str) -> dict[str, Any]:
-    """``{type: figure}``: each index type's own server-memory ratio, of the types measured
-    at the largest size any build's RSS was read at (the server's fixed memory is in every
-    ratio: at 100k it dominates, FLAT's 100k builds read 4.7-7.8x the formula)."""
-    ratios = {t: _type_memory_ratio(cells, label, t) for t in INDEX_TYPES}
-    top = max((r["n"] for r in ratios.values() if r is not None), default=0)
-    return {t: r for t, r in ratios.items() if r is not None and r["n"] == top}
-
-
-def _type_memory_ratio(cells: list[cc.Cell], label: str,
-                       itype: str | None = None) -> dict[str, Any] | None:  # fmt: skip
-    """Per build at the largest size (of ``itype``'s builds; None: of every build), its
-    largest server RSS over the memory formula."""
-    rss = [(n, c) for n, c in cells if cc.get(c, "memory.kind") == "server_rss"
-           and cc.get(c, "memory.bytes") and cc.get(c, "truth.dim") and cc.size(c)
-           and itype in (None, cc.itype(c))]  # fmt: skip
-    if not rss:
-        return None
-    top = max(cc.size(c) for _, c in rss)
-    builds: dict[str, cc.Cell] = {}
-    for n, c in rss:
-        key = cc.folder_of(n) + cc.build_key(c)
-        if cc.size(c) == top and (
-            key not in builds or c["memory"]["bytes"] > builds[key][1]["memory"]["bytes"]
-        ):
-            builds[key] = (n, c)
-    ratios, parts = [], []
-    for n, c in builds.values():
-        spec = IndexSpec.from_params(cc.itype(c), cc.get(c, "index.params"))
-        formula = memory_per_replica(spec, top, int(c["truth"]["dim"])).value
-        ratios.append(c["memory"]["bytes"] / formula)
-        parts.append(f"{cc.setting(c, search=False)}: {c['memory']['bytes'] / _GIB:.2f} GiB / "
-                     f"{formula / _GIB:.2f} GiB = {ratios[-1]:.2f} ({n})")  # fmt: skip
-    first = next(iter(builds.values()))[1]
-    return {
-        **cc.band(ratios), "n": top, "dim": cc.get(first, "truth.dim"), "cores": cc.cores(first),
-        "index_types": sorted({cc.itype(c) for _, c in builds.values()}),
-        "source": (f"{cc.where(first, label)} server RSS (read once searchable: a lower bound on "
-                   f"the peak) over the memory formula, per build at {top:,} rows: "
-                   + "; ".join(parts)),
-    }  # fmt: skip
-
-
 def _kept(fig: Any) -> dict[str, Any] | None:
     """A measured figure of the previous inputs, its source prefixed :data:`KEPT`."""
     if not isinstance(fig, Mapping) or fig.get("value", fig.get("count")) is None:
@@ -388,13 +339,13 @@ def inputs_from_cells(
     out: dict[str, Any] = {"search_qps": search, "build_rows_per_s": build,
                            "load_rows_per_s": load}  # fmt: skip
     for key, derive in (("insert_rows_per_s", _insert), ("concurrency", _concurrency),
-                        ("server_memory_ratio", _memory_ratio)):  # fmt: skip
+                        ("server_memory_ratio", memory_ratio)):  # fmt: skip
         fig = derive(cells, label) or _kept((previous or {}).get(key))
         if fig is None and key == "insert_rows_per_s":
             raise ValueError(f"{where} has no {key} of store {store!r}, nor the previous inputs")
         if fig is not None:
             out[key] = fig
-    by_type = _memory_ratios(cells, label)
+    by_type = memory_ratios(cells, label)
     for itype, fig in ((previous or {}).get("server_memory_ratio_by_type") or {}).items():
         if itype not in by_type and (kept := _kept(fig)) is not None:
             by_type[itype] = kept
