@@ -1,6 +1,7 @@
 """The rates of the cost model at one side of their bands: which q/s figure a mode uses
 (measured, or extrapolated with the rule said), and how a rate scales to a node's cores
-(Amdahl's law fitted to a measured 1->2-core speed-up, or linear, said "not measured").
+(Amdahl's law fitted to a measured 1->2-core speed-up: the type's own, else IVF_FLAT's,
+said; linear, said "not measured", where neither is measured).
 
 A :class:`Corner` says at which end of its band each input figure is read for one
 evaluation of the model; an output's band is the least and the most it takes over every
@@ -25,6 +26,10 @@ __all__ = ["Corner", "amdahl", "search_rate", "serial_share", "speed"]
 _REFERENCE = ("IVF_FLAT", *INDEX_TYPES)
 #: Said of every output whose rate was scaled to a node's cores without a measurement.
 LINEAR = "assumed linear (not measured)"
+#: The type whose measured core scaling a type without its own borrows.
+SCALING_REFERENCE = "IVF_FLAT"
+#: Said of every output scaled by the reference type's core scaling.
+BORROWED = f"core scaling measured on {SCALING_REFERENCE}, not on"
 
 
 class Corner:
@@ -126,22 +131,29 @@ def speed(
     size) times ``amdahl(cores, r) / amdahl(fig.cores, r)``, ``r = q2 / q1`` (each read at
     the corner's end). The pinned rates themselves are not the base: they are measured on
     another collection (and host), and a rate does not move with the index's work where
-    the RPC path bounds it. Without them: ``value`` times ``cores / fig.cores``, noted as
-    assumed linear."""
-    pinned = _pinned(measured, kind, what)
+    the RPC path bounds it. A type without its own uses :data:`SCALING_REFERENCE`'s
+    speed-up on its own figure, noted. Without either: ``value`` times
+    ``cores / fig.cores``, noted as assumed linear."""
+    ref, pinned = kind, _pinned(measured, kind, what)
+    if pinned is None and kind != SCALING_REFERENCE and fig.measured and fig.cores:
+        # another type's speed-up, on this type's own figure (never the other's rates)
+        ref, pinned = SCALING_REFERENCE, _pinned(measured, SCALING_REFERENCE, what)
     if pinned is not None:
         one, two = pinned
-        q1 = corner.at(f"cores.{kind}.{what}.1", one)
-        q2 = corner.at(f"cores.{kind}.{what}.2", two)
+        q1 = corner.at(f"cores.{ref}.{what}.1", one)
+        q2 = corner.at(f"cores.{ref}.{what}.2", two)
         r, r0 = q2 / q1, two.value / one.value  # type: ignore[operator]
         base = fig if fig.measured and fig.cores else two
         q = corner.at(f"{what}.{kind}", base) if value is None else value
         n, dim = base.n or two.n, base.dim or two.dim
         if n is None or dim is None or not base.cores:
             raise InputsError(f"core_scaling[{kind}].{what} names no n, dim or cores")
+        whose = "the" if ref == kind else f"{ref}'s"
         note = (f"{what} rate to {cores} cores: the {base.cores}-core figure scaled by "
-                f"Amdahl's law fitted to the measured 1->2-core speed-up {r0:.2f} (serial "
+                f"Amdahl's law fitted to {whose} measured 1->2-core speed-up {r0:.2f} (serial "
                 f"share {serial_share(r0):.2f})")  # fmt: skip
+        if ref != kind:
+            note += f"; {BORROWED} {kind}"
         return q * amdahl(cores, r) / amdahl(base.cores, r), int(n), int(dim), (note,)
     if not fig.cores or fig.n is None or fig.dim is None:
         raise InputsError(f"the {what} figure of {kind} names no cores, n or dim: {fig.source}")

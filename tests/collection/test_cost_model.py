@@ -29,7 +29,7 @@ from imsearch_align.collection.cost_model import (
     query_nodes,
     segment_rows,
 )
-from imsearch_align.collection.cost_rates import amdahl, serial_share
+from imsearch_align.collection.cost_rates import amdahl, serial_share, speed
 from imsearch_align.collection.cost_report import markdown_table, memory_note
 
 RESULTS = Path(__file__).resolve().parents[2] / "benchmarks" / "results"
@@ -207,6 +207,28 @@ def test_measured_core_scaling_replaces_linear_by_amdahls_law() -> None:
     assert any("Amdahl" in n and "1.60" in n for n in e["qps"].notes)
     assert not any("assumed linear" in n for n in e["qps"].notes)
     assert any("assumed linear" in n for n in e["qps_batched"].notes)
+
+
+def test_a_type_without_its_own_core_scaling_borrows_ivf_flats_speed_up_on_its_own_rate():
+    one = Figure(1000.0, "", n=200_000, dim=256, cores=1)
+    two = Figure(1600.0, "", n=200_000, dim=256, cores=2)
+    none = (None, None)
+    scaling = {"IVF_FLAT": {"single": none, "batched": (one, two), "build": none}}
+    m = _measured(scaling=scaling)
+    hnsw = m.qps("HNSW", "batched")  # 1,000 q/s at 100k on 2 cores
+    q, n, _, notes = speed(m, "HNSW", "batched", hnsw, 16, Corner())
+    assert q == pytest.approx(1000.0 * amdahl(16, 1.6) / amdahl(2, 1.6)) and n == 100_000
+    assert "IVF_FLAT's measured 1->2-core speed-up 1.60" in notes[0]
+    assert notes[0].endswith("core scaling measured on IVF_FLAT, not on HNSW")
+    # its own scaling, once measured, wins
+    own = (Figure(900.0, "", n=200_000, dim=256, cores=1),
+           Figure(1800.0, "", n=200_000, dim=256, cores=2))  # fmt: skip
+    m2 = _measured(scaling={**scaling, "HNSW": {"batched": own}})
+    q2, _, _, notes2 = speed(m2, "HNSW", "batched", hnsw, 16, Corner())
+    assert q2 == pytest.approx(1000.0 * 16 / 2) and "IVF_FLAT" not in notes2[0]
+    # nothing measured for that kind: linear, said
+    q3, _, _, notes3 = speed(m, "HNSW", "build", m.build_rows_per_s["HNSW"], 16, Corner())
+    assert q3 == pytest.approx(1000.0 * 16 / 2) and "assumed linear" in notes3[0]
 
 
 def test_every_output_carries_its_formula_band_and_sources() -> None:
