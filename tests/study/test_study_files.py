@@ -27,7 +27,8 @@ def _first_cell(folder: Path) -> dict:
 def _recorded_spec(folder: Path, cell: dict | None = None) -> StudySpec:
     """The spec of the command the folder's first cell (or ``cell``) recorded."""
     cell = _first_cell(folder) if cell is None else cell
-    argv = [a for a in cell["command"][2:] if a != "--no-progress"]
+    # how a run goes (progress, going on from kept cells), not what it measures
+    argv = [a for a in cell["command"][2:] if a not in ("--no-progress", "--skip-existing")]
     args = build_parser().parse_args(["study", *argv])
     mapping = spec_mapping(args)
     # benchmarks/results/NAME: an old cell recorded the absolute folder, a new one "--out ."
