@@ -38,6 +38,7 @@ __all__ = [
     "INDEX_TYPES",
     "INPUTS",
     "MODES",
+    "REFERENCE_TYPE",
     "ConcurrencyCurve",
     "Figure",
     "InputsError",
@@ -48,6 +49,9 @@ __all__ = [
 ]
 
 INDEX_TYPES = ("FLAT", "IVF_FLAT", "IVF_SQ8", "IVF_PQ", "HNSW")
+#: The type measured most fully; a type without its own memory ratio or core scaling
+#: borrows this one's, said.
+REFERENCE_TYPE = "IVF_FLAT"
 #: How queries reach the server: one query per request from concurrent clients, or batches.
 MODES = ("single", "batched")
 #: What ``core_scaling`` measures at 1 and 2 cores.

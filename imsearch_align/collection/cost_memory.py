@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 from imsearch_align.collection import cost_cells as cc
-from imsearch_align.collection.cost_figures import INDEX_TYPES
+from imsearch_align.collection.cost_figures import INDEX_TYPES, REFERENCE_TYPE
 from imsearch_align.collection.cost_formulas import IndexSpec, memory_per_replica
 
 __all__ = ["memory_ratio", "memory_ratios"]
@@ -17,8 +17,9 @@ _GIB = 2**30
 
 
 def memory_ratio(cells: list[cc.Cell], label: str) -> dict[str, Any] | None:
-    """The ratio applied to a type without its own: IVF_FLAT's builds, else every build's."""
-    return _type_memory_ratio(cells, label, "IVF_FLAT") or _type_memory_ratio(cells, label)
+    """The ratio applied to a type without its own: :data:`REFERENCE_TYPE`'s builds, else
+    every build's."""
+    return _type_memory_ratio(cells, label, REFERENCE_TYPE) or _type_memory_ratio(cells, label)
 
 
 def memory_ratios(cells: list[cc.Cell], label: str) -> dict[str, Any]:

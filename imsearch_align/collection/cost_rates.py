@@ -14,6 +14,7 @@ from collections.abc import Mapping
 
 from imsearch_align.collection.cost_figures import (
     INDEX_TYPES,
+    REFERENCE_TYPE,
     Figure,
     InputsError,
     MeasuredInputs,
@@ -23,13 +24,11 @@ from imsearch_align.collection.cost_figures import (
 __all__ = ["Corner", "amdahl", "search_rate", "serial_share", "speed"]
 
 #: The figure types whose single/batched ratio extrapolates another's single-query q/s.
-_REFERENCE = ("IVF_FLAT", *INDEX_TYPES)
+_REFERENCE = (REFERENCE_TYPE, *INDEX_TYPES)
 #: Said of every output whose rate was scaled to a node's cores without a measurement.
 LINEAR = "assumed linear (not measured)"
-#: The type whose measured core scaling a type without its own borrows.
-SCALING_REFERENCE = "IVF_FLAT"
 #: Said of every output scaled by the reference type's core scaling.
-BORROWED = f"core scaling measured on {SCALING_REFERENCE}, not on"
+BORROWED = f"core scaling measured on {REFERENCE_TYPE}, not on"
 
 
 class Corner:
@@ -131,13 +130,13 @@ def speed(
     size) times ``amdahl(cores, r) / amdahl(fig.cores, r)``, ``r = q2 / q1`` (each read at
     the corner's end). The pinned rates themselves are not the base: they are measured on
     another collection (and host), and a rate does not move with the index's work where
-    the RPC path bounds it. A type without its own uses :data:`SCALING_REFERENCE`'s
+    the RPC path bounds it. A type without its own uses :data:`REFERENCE_TYPE`'s
     speed-up on its own figure, noted. Without either: ``value`` times
     ``cores / fig.cores``, noted as assumed linear."""
     ref, pinned = kind, _pinned(measured, kind, what)
-    if pinned is None and kind != SCALING_REFERENCE and fig.measured and fig.cores:
+    if pinned is None and kind != REFERENCE_TYPE and fig.measured and fig.cores:
         # another type's speed-up, on this type's own figure (never the other's rates)
-        ref, pinned = SCALING_REFERENCE, _pinned(measured, SCALING_REFERENCE, what)
+        ref, pinned = REFERENCE_TYPE, _pinned(measured, REFERENCE_TYPE, what)
     if pinned is not None:
         one, two = pinned
         q1 = corner.at(f"cores.{ref}.{what}.1", one)

@@ -23,6 +23,7 @@ from imsearch_align.collection.cost_model import (
     estimate,
 )
 from imsearch_align.collection.cost_prices import HOURS_PER_MONTH, PriceRow
+from imsearch_align.collection.cost_rates import BORROWED, LINEAR
 
 __all__ = [
     "LEGEND",
@@ -36,8 +37,8 @@ __all__ = [
 
 #: The notes column's codes: the words each output's notes start with.
 LEGEND = {
-    "L": ("assumed linear (not measured)", "q/s or build rate scaled to a node's cores linearly"),
-    "C": ("core scaling measured on IVF_FLAT, not on", "q/s or build rate scaled to a node's "
+    "L": (LINEAR, "q/s or build rate scaled to a node's cores linearly"),
+    "C": (BORROWED, "q/s or build rate scaled to a node's "
           "cores by IVF_FLAT's measured 1->2-core speed-up (this type's is not measured)"),
     "X": ("extrapolated as its batched", "single-query q/s not measured: extrapolated from the "
           "type's batched q/s by IVF_FLAT's single/batched ratio"),
