@@ -8,14 +8,15 @@ cost within 5 % of the bare call.
 
 One collection (HNSW, M 16, efConstruction 64; cone-shaped unit rows) on a
 Milvus 2.3.5 standalone on 127.0.0.1 (Milvus Lite's server when 2.3.5 is
-not installed). Per round, the same queries are sent one at a time by both
-clients, alternating which goes first; each client's CPU seconds
+not installed). Per round, each query is sent by both clients one after the
+other, which one goes first alternating from query to query, so that the
+machine's drift (a shared VM's) falls on both alike; each call's CPU seconds
 (``time.thread_time``: this thread only, so the server and other threads do
-not count) and wall seconds are summed per round. Every round is kept; the
-table reports the median ratio with its range. The bare call is what a
-bench harness does with the answer: ``MilvusClient.search`` with the
-store's search parameters and consistency level, and the first row's ids and
-distances as numpy arrays.
+not count) and wall seconds are summed per client and round. Every round is
+kept; the table reports the median ratio with its range. Both clients get
+the query as a ``(1, d)`` float32 row. The bare call is what a bench harness
+does with it: ``MilvusClient.search`` with the store's search parameters and
+consistency level, and the first row's ids and distances as numpy arrays.
 
 A client's CPU around one RPC includes gRPC's own waiting, which grows with
 the server's answer time and the machine's load; so the section also times
@@ -78,7 +79,7 @@ def _bare(client: Any, name: str, params: dict, level: str) -> Any:
     from imsearch_align.adapters.milvus.config import VEC_FIELD
 
     def search(q: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        res = client.search(name, data=[q.tolist()], limit=10, search_params=params,
+        res = client.search(name, data=[q[0].tolist()], limit=10, search_params=params,
                             anns_field=VEC_FIELD, consistency_level=level)  # fmt: skip
         hits = res[0]
         return np.asarray(hits.ids, dtype=np.int64), np.asarray(hits.distances, np.float32)
@@ -86,7 +87,7 @@ def _bare(client: Any, name: str, params: dict, level: str) -> Any:
     return search
 
 
-def _replayed(store: Any, client: Any, bare: Any, ours: Any, queries: np.ndarray) -> dict:
+def _replayed(store: Any, client: Any, bare: Any, ours: Any, queries: list[np.ndarray]) -> dict:
     """Each client's CPU per query with the server's answer replayed from memory: the
     client's ``search`` returns one real answer without a request, so only what each
     side does around the RPC is timed (the RPC's own CPU, gRPC waiting included, varies
@@ -95,7 +96,7 @@ def _replayed(store: Any, client: Any, bare: Any, ours: Any, queries: np.ndarray
     from imsearch_align.adapters.milvus.config import VEC_FIELD
 
     answers = [client, store._conn.connect()]
-    first = client.search("perf_client", data=[queries[0].tolist()], limit=10,
+    first = client.search("perf_client", data=[queries[0][0].tolist()], limit=10,
                           search_params={"metric_type": "IP", "params": {"ef": 64}},
                           anns_field=VEC_FIELD)  # fmt: skip
     real = [c.search for c in answers]
@@ -117,6 +118,27 @@ def _replayed(store: Any, client: Any, bare: Any, ours: Any, queries: np.ndarray
     return {k: statistics.median(v) for k, v in times.items()} | {"rounds_us": times}
 
 
+def _interleaved(clients: dict[str, Any], rows: list[np.ndarray], rounds: int) -> dict[str, list]:
+    """Per round and client: (CPU s, wall s) summed over ``rows``, each row sent by every
+    client in turn, the first one changing from row to row."""
+    cpu, wall = time.thread_time, time.perf_counter
+    order = list(clients.items())
+    passes: dict[str, list[tuple[float, float]]] = {label: [] for label in clients}
+    for r in range(rounds):
+        acc = {label: [0.0, 0.0] for label in clients}
+        for i, q in enumerate(rows):
+            j = (i + r) % len(order)
+            for label, fn in order[j:] + order[:j]:
+                c0, w0 = cpu(), wall()
+                fn(q)
+                c1, w1 = cpu(), wall()
+                acc[label][0] += c1 - c0
+                acc[label][1] += w1 - w0
+        for label, (c, w) in acc.items():
+            passes[label].append((c, w))
+    return passes
+
+
 def client_cost(quick: bool = False, uri: str | None = None) -> tuple[list[dict], dict]:
     """The per-query client CPU and wall time of both clients, and their ratios."""
     from pymilvus import MilvusClient
@@ -125,9 +147,10 @@ def client_cost(quick: bool = False, uri: str | None = None) -> tuple[list[dict]
     from imsearch_align.collection.cone import cone_vectors
 
     n, d = (5_000, 256) if quick else (50_000, 256)
-    nq, rounds = (100, 3) if quick else (400, 7)
+    nq, rounds = (100, 3) if quick else (400, 15)
     x = cone_vectors(n, d, seed=1)
     queries = cone_vectors(nq, d, seed=2)
+    rows = [q[None, :] for q in queries]  # what both clients are given: one (1, d) row
     ids = np.arange(n, dtype=np.int64)
     with _server(uri) as srv:
         store = MilvusStore(uri=srv.uri, token="root:Milvus", index="HNSW",
@@ -141,8 +164,8 @@ def client_cost(quick: bool = False, uri: str | None = None) -> tuple[list[dict]
         bare = _bare(client, "perf_client", params, store.consistency_level)
 
         def ours(q: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-            r = store.search("perf_client", q[None, :], 10)
-            return r.ids[0], r.scores[0]
+            r = store.search("perf_client", q, 10)
+            return r.ids, r.scores
 
         # For a while after make_searchable, Milvus 2.3.5 may still serve the growing copy
         # of the rows (an interim index) until its target moves: two identical searches
@@ -150,20 +173,13 @@ def client_cost(quick: bool = False, uri: str | None = None) -> tuple[list[dict]
         deadline = time.monotonic() + 120
         while True:
             time.sleep(5)
-            same = [len(np.intersect1d(bare(q)[0], ours(q)[0])) / 10 for q in queries[:20]]
+            same = [len(np.intersect1d(bare(q)[0], ours(q)[0])) / 10 for q in rows[:20]]
             if np.mean(same) >= 0.9:
                 break
             if time.monotonic() > deadline:
                 raise RuntimeError(f"the two clients still disagree after 120 s: {same}")
-        passes: dict[str, list[tuple[float, float]]] = {"bare": [], "store": []}
-        for r in range(rounds):
-            order = (("bare", bare), ("store", ours))
-            for label, fn in order if r % 2 == 0 else order[::-1]:
-                c0, w0 = time.thread_time(), time.perf_counter()
-                for q in queries:
-                    fn(q)
-                passes[label].append((time.thread_time() - c0, time.perf_counter() - w0))
-        replay = _replayed(store, client, bare, ours, queries)
+        passes = _interleaved({"bare": bare, "store": ours}, rows, rounds)
+        replay = _replayed(store, client, bare, ours, rows)
         server = srv.kind
         store.drop_collection("perf_client")
         store.close()

@@ -60,6 +60,8 @@ ATTRIBUTE_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,63}$")
 #: or a sparse query that shares terms with fewer than k documents).
 NO_HIT = -1
 
+_INT64, _FLOAT32 = np.dtype(np.int64), np.dtype(np.float32)
+
 
 class StoreUnavailableError(ConnectionError):
     """The store cannot serve requests and retrying within this run will not help.
@@ -103,6 +105,23 @@ class SearchResult:
                     f"SearchResult: extra score {name!r} has shape {np.shape(arr)}, "
                     f"expected {ids.shape}"
                 )
+
+    @classmethod
+    def of_rows(cls, ids: np.ndarray, scores: np.ndarray) -> SearchResult:
+        """A result of rows its caller built as int64 and float32 ``(nq, k)`` arrays.
+
+        Skips the conversions ``__init__`` makes, for a store's hot path
+        (one query's answer, where each numpy call shows); the shapes are
+        still compared.
+        """
+        if ids.dtype is not _INT64 or scores.dtype is not _FLOAT32 or ids.ndim != 2:
+            return cls(ids, scores)  # converts (another byte order, say) or raises
+        if scores.shape != ids.shape:
+            return cls(ids, scores)  # raises, naming both shapes
+        out = object.__new__(cls)
+        fields = vars(out)  # frozen: set as the dataclass's own __init__ would
+        fields["ids"], fields["scores"], fields["extra_scores"] = ids, scores, {}
+        return out
 
     @property
     def nq(self) -> int:

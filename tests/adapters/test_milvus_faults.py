@@ -557,16 +557,16 @@ def test_concurrent_first_searches_wait_once_and_see_every_row(
     milvus_lite_server: ServerHandle, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Eight threads search right after an insert: one readiness wait, every row in each answer."""
-    from imsearch_align.adapters.milvus import store as store_module
+    from imsearch_align.adapters.milvus import searching as searching_module
 
     calls: list[int] = []
-    real = store_module.wait_searchable
+    real = searching_module.wait_searchable
 
     def counted(*args: Any, **kw: Any) -> Any:
         calls.append(threading.get_ident())
         return real(*args, **kw)
 
-    monkeypatch.setattr(store_module, "wait_searchable", counted)
+    monkeypatch.setattr(searching_module, "wait_searchable", counted)
     name = unique_collection_name("first_searches")
     store, (X, ids, Q) = _filled(milvus_lite_server.uri, name)
     try:

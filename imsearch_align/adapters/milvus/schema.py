@@ -73,6 +73,9 @@ class CollectionMeta:
     scalar_index: str | None = None
     #: Filter expressions the server evaluated on this collection (checked once).
     expressions: set[str] = field(default_factory=set)
+    #: The prepared single-query request (:class:`~imsearch_align.adapters.milvus.search.OneQuery`)
+    #: of the last single unfiltered search; None once the search values change.
+    one_query: Any = None
 
     @property
     def searchable(self) -> bool:

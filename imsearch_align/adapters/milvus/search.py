@@ -6,12 +6,16 @@ as ``(ids, scores)`` arrays; it is the ``fetch`` that
 :func:`~imsearch_align.adapters.base.search_closing_ties` widens for rows
 tied at the k-th score. :func:`check_full_rows` refuses an exact dense
 answer with fewer hits than the collection holds, saying whether rows
-vanished or are not visible yet.
+vanished or are not visible yet. :class:`OneQuery` is the request of a
+single unfiltered query, made once per collection, so that its client cost
+is a bare ``MilvusClient.search``'s.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
+from operator import gt
 from typing import Any
 
 import numpy as np
@@ -28,34 +32,111 @@ from imsearch_align.adapters.milvus.rows import (
 from imsearch_align.adapters.milvus.tuning import request_params
 from imsearch_align.framework.interfaces import SearchResult
 
-__all__ = ["QueryBatches", "check_full_rows", "one_query"]
+__all__ = ["OneQuery", "QueryBatches", "check_full_rows"]
 
 
-def one_query(
-    call: Callable[..., Any],
-    info: CollectionInfo,
-    q: np.ndarray,
-    k: int,
-    *,
-    search_params: dict[str, Any],
-    consistency_level: str,
-) -> SearchResult:
-    """The finished row of one dense query, unfiltered: one request and nothing around it
-    (a single query's client cost is the bare client call's; ``benchmarks/perf_client.py``)."""
-    res = call(
-        "search",
-        info.name,
-        "search",
-        info.name,
-        data=[q[0].tolist()],  # pymilvus packs a list faster than a numpy row
-        limit=k,
-        search_params={"metric_type": "IP", "params": request_params(search_params, k)},
-        anns_field=VEC_FIELD,
-        consistency_level=consistency_level,
-    )
-    hits = res[0]
-    ids = np.asarray(hits.ids, dtype=np.int64).reshape(1, -1)
-    return finalize_rows(ids, np.asarray(hits.distances, dtype=np.float32).reshape(1, -1), k)
+_FLOAT32 = np.dtype(np.float32)
+
+
+class OneQuery:
+    """The request of one dense unfiltered query of ``k`` hits on one collection, made once.
+
+    A single query's client cost should be a bare ``MilvusClient.search``'s
+    (``benchmarks/perf_client.py``), and every Python call around the RPC
+    shows there, because the RPC leaves the caches cold. So the store makes
+    this once per collection and ``k``, after the full checks, and
+    :meth:`answer` sends the request itself: it takes a query only in the
+    shape those checks passed (a float32 ``(1, dim)`` ndarray with finite
+    values, the same ``k``, no insert since the collection was made
+    searchable) and returns None for anything else, which then goes the full
+    way and is checked (and refused) as usual. A failed request goes through
+    the connection's retries (:meth:`_again`), as every other request does.
+
+    Args:
+        run: the store's ``_run`` (a client method through the retries).
+        client: the connection's client.
+        info: the collection, dense and searchable.
+        k: hits per query (already checked against the store's limit).
+        search_params: the index's search values
+            (:func:`~imsearch_align.adapters.milvus.tuning.request_params` raises ``ef``).
+        consistency_level: the store's consistency level.
+        timeout: the per-request timeout, or None.
+    """
+
+    __slots__ = ("_client", "_kwargs", "_name", "_run", "_state", "dim", "k")
+
+    def __init__(
+        self,
+        run: Callable[..., Any],
+        client: Any,
+        info: CollectionInfo,
+        k: int,
+        *,
+        search_params: dict[str, Any],
+        consistency_level: str,
+        timeout: float | None,
+    ) -> None:
+        self._run = run
+        self._client = client
+        self._name = info.name
+        self._state = info.state
+        self.dim = info.dim
+        self.k = k
+        self._kwargs: dict[str, Any] = {
+            "limit": k,
+            "search_params": {"metric_type": "IP", "params": request_params(search_params, k)},
+            "anns_field": VEC_FIELD,
+            "consistency_level": consistency_level,
+        }
+        if timeout is not None:
+            self._kwargs["timeout"] = timeout
+
+    def answer(self, queries: Any, k: Any) -> SearchResult | None:
+        """The finished row, or None where ``queries``/``k`` are not what this was made for."""
+        state = self._state
+        if (
+            type(queries) is not np.ndarray
+            or queries.dtype is not _FLOAT32  # another float32 (byte order) goes the full way
+            or queries.shape != (1, self.dim)
+            or type(k) is not int
+            or k != self.k
+            or state.ready_at != state.writes
+        ):
+            return None
+        row = queries[0].tolist()  # pymilvus packs a list faster than a numpy row
+        # A float32 row's sum cannot overflow a double: it is finite iff every value is.
+        if not math.isfinite(sum(row)):
+            return None
+        try:
+            res = self._client.search(self._name, data=[row], **self._kwargs)
+        except Exception as exc:
+            res = self._again(exc, row)
+        hits = res[0]
+        ids, scores = hits.ids, hits.distances
+        if len(ids) == k and min(ids) >= 0 and all(map(gt, scores, scores[1:])):
+            # Full and strictly descending: as finalize_rows would leave it, without its numpy
+            # calls (the distances are float32 values, exact as Python floats).
+            return SearchResult.of_rows(
+                np.asarray(ids, dtype=np.int64)[None], np.asarray(scores, dtype=np.float32)[None]
+            )
+        return finalize_rows(
+            np.array(ids, dtype=np.int64).reshape(1, -1),
+            np.array(scores, dtype=np.float32).reshape(1, -1),
+            k,
+        )
+
+    def _again(self, exc: Exception, row: list[float]) -> Any:
+        """The request that raised ``exc``, through the connection's retries: ``exc`` is
+        judged there first (an outage counted and waited out, or a clear error raised),
+        then the request is sent again."""
+        failed = [exc]
+
+        def attempt(client: Any, _retried: bool) -> Any:
+            if failed:
+                raise failed.pop()
+            return client.search(self._name, data=[row], **self._kwargs)
+
+        return self._run("search", self._name, attempt)
 
 
 class QueryBatches:

@@ -31,10 +31,10 @@ __all__ = ["MilvusSearchOptions"]
 class MilvusSearchOptions(MilvusCatalog):
     """Search-time parameters per collection (TunableSearch) and filtered search hooks.
 
-    The base of :class:`~imsearch_align.adapters.milvus.MilvusStore`, which
-    sets the attributes below and implements ``_search`` (a search of
-    checked queries under a Milvus expression) and ``_ensure_searchable``
-    (the wait after inserts).
+    The base of :class:`~imsearch_align.adapters.milvus.searching.MilvusSearching`,
+    which implements ``_search`` (a search of checked queries under a Milvus
+    expression) and ``_ensure_searchable`` (the wait after inserts); the store
+    sets the attributes below.
     """
 
     index: str
@@ -71,6 +71,7 @@ class MilvusSearchOptions(MilvusCatalog):
         checked = check_search_update(self.index, params, nlist=self._nlist(info))
         with self._lock:
             info.state.search.update(checked)
+            info.state.one_query = None  # its request carries the old values
 
     def build_count(self, name: str) -> int:
         """How many times collection ``name``'s index was built: 1 once it is on the server.
