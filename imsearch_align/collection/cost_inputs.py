@@ -44,15 +44,17 @@ __all__ = ["KEPT", "NOT_MEASURED", "NoCellsError", "inputs_from_cells", "measure
 
 KEPT = "kept from the previous inputs: "
 NOT_MEASURED = "not measured: "
-#: Each index type as the study's ``--index`` measures it at 1M (HNSW where its index, not
-#: the RPC path, bounds q/s; FLAT at 100k, the study's exact ceiling). IVF_PQ's ``m`` must
-#: divide the aligned dimension: procrustes on the shapes data has 381 = 3 x 127.
+#: Each index type as the study's ``--index`` measures it, on which method, at what size
+#: (HNSW at 1M, where its index, not the RPC path, bounds q/s; FLAT at 100k, the study's
+#: exact ceiling). IVF_PQ's ``m`` must divide the aligned dimension: procrustes on the
+#: shapes data has 381 = 3 x 127 (m 127 builds 1M rows in about an hour on 2 cores), so
+#: IVF_PQ is measured on csa's 256 (m 32; ``benchmarks/studies/cost_pq.yaml``).
 _INDEX = {
-    "FLAT": ("milvus:FLAT", 100_000),
-    "IVF_FLAT": ("milvus:IVF_FLAT:nlist=1024,nprobe=4,16,64", 1_000_000),
-    "IVF_SQ8": ("milvus:IVF_SQ8:nlist=1024,nprobe=4,16,64", 1_000_000),
-    "IVF_PQ": ("milvus:IVF_PQ:nlist=1024,m=127,nprobe=4,16,64", 1_000_000),
-    "HNSW": ("milvus:HNSW:M=16,efConstruction=100,ef=16,64,128", 1_000_000),
+    "FLAT": ("milvus:FLAT", "procrustes", 100_000),
+    "IVF_FLAT": ("milvus:IVF_FLAT:nlist=1024,nprobe=4,16,64", "procrustes", 1_000_000),
+    "IVF_SQ8": ("milvus:IVF_SQ8:nlist=1024,nprobe=4,16,64", "procrustes", 1_000_000),
+    "IVF_PQ": ("milvus:IVF_PQ:nlist=1024,m=32,nprobe=4,16,64", "csa", 1_000_000),
+    "HNSW": ("milvus:HNSW:M=16,efConstruction=100,ef=16,64,128", "procrustes", 1_000_000),
 }
 
 
@@ -66,11 +68,11 @@ def measure_command(kind: str, what: str) -> str:
     if what == "cores":
         return (f"python benchmarks/scale_out.py --measure-cores --index {kind} "
                 "--server-cores 0 0,1 --client-cores 2,3 --write")  # fmt: skip
-    index, rows = _INDEX[kind]
+    index, method, rows = _INDEX[kind]
     conc = " --concurrency 1 2 4 8 16" if what == "single" else ""
     out = f"benchmarks/results/collection_{kind.lower()}"
     return (
-        f"imsearch-align study --shapes 10000 --shapes-root DIR --methods procrustes "
+        f"imsearch-align study --shapes 10000 --shapes-root DIR --methods {method} "
         f"--stores milvus --uri http://HOST:19530 --sizes {rows} --index {index}{conc} "
         f"--out {out}; then python benchmarks/scale_out.py FOLDERS... {out} --write"
     )

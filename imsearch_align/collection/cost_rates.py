@@ -20,6 +20,7 @@ from imsearch_align.collection.cost_figures import (
     MeasuredInputs,
     NotMeasuredError,
 )
+from imsearch_align.experiment.deploy import DEFAULT_DELTA
 
 __all__ = ["Corner", "amdahl", "search_rate", "serial_share", "speed"]
 
@@ -29,6 +30,8 @@ _REFERENCE = (REFERENCE_TYPE, *INDEX_TYPES)
 LINEAR = "assumed linear (not measured)"
 #: Said of every output scaled by the reference type's core scaling.
 BORROWED = f"core scaling measured on {REFERENCE_TYPE}, not on"
+#: Said of every output whose q/s was measured at a task quality below exact search's.
+BELOW_EXACT = "measured below exact search's task quality"
 
 
 class Corner:
@@ -74,6 +77,19 @@ def _rpc_note(fig: Figure) -> tuple[str, ...]:
             "index's work anyway; measure where the index bounds q/s",)  # fmt: skip
 
 
+def _quality_note(fig: Figure) -> tuple[str, ...]:
+    """A note where ``fig``'s task quality (the top of its interval) is below exact search's
+    by more than :data:`~imsearch_align.experiment.deploy.DEFAULT_DELTA`: what it buys is
+    not what the other types' q/s buy."""
+    q = fig.quality
+    if q is None or q.exact is None:
+        return ()
+    top = q.value if q.high is None else q.high
+    if top >= q.exact - DEFAULT_DELTA:
+        return ()
+    return (f"q/s {BELOW_EXACT} by more than {DEFAULT_DELTA:g}: {q.text()}",)
+
+
 def search_rate(
     measured: MeasuredInputs, kind: str, mode: str, corner: Corner
 ) -> tuple[float, Figure, tuple[str, ...]]:
@@ -89,7 +105,7 @@ def search_rate(
     if pinned is not None and not (fig is not None and fig.measured):
         return corner.at(f"cores.{kind}.{mode}.2", pinned[1]), pinned[1], ()
     if fig is not None and fig.measured:
-        return corner.at(f"qps.{kind}.{mode}", fig), fig, _rpc_note(fig)
+        return corner.at(f"qps.{kind}.{mode}", fig), fig, _rpc_note(fig) + _quality_note(fig)
     why = fig.source if fig is not None else f"no {mode} q/s of {kind} in the inputs"
     batched = measured.qps(kind, "batched")
     if mode != "single" or batched is None or not batched.measured:
@@ -109,7 +125,8 @@ def search_rate(
         f"{ref}'s single/batched ratio {s.value:,.0f}/{b.value:,.0f} = {s.value / b.value:.2f} "
         f"[{s.low / b.high:.2f}-{s.high / b.low:.2f}]"
     )
-    return corner.at(f"qps.{kind}.batched", batched) * ratio, batched, (note, *_rpc_note(batched))
+    more = _rpc_note(batched) + _quality_note(batched)
+    return corner.at(f"qps.{kind}.batched", batched) * ratio, batched, (note, *more)
 
 
 def speed(

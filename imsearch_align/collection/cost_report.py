@@ -23,7 +23,7 @@ from imsearch_align.collection.cost_model import (
     estimate,
 )
 from imsearch_align.collection.cost_prices import HOURS_PER_MONTH, PriceRow
-from imsearch_align.collection.cost_rates import BORROWED, LINEAR
+from imsearch_align.collection.cost_rates import BELOW_EXACT, BORROWED, LINEAR
 
 __all__ = [
     "LEGEND",
@@ -46,6 +46,9 @@ LEGEND = {
           "bounded it"),
     "M": ("server memory ratio measured on", "the server-memory ratio measured on IVF_FLAT, "
           "applied to this type"),
+    "Q": (BELOW_EXACT, "q/s measured at a setting whose task quality is below exact "
+          "search's by more than 0.01 (none of the type's swept settings reached it; the "
+          "figure's source gives both)"),
 }  # fmt: skip
 
 
